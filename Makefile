@@ -1,0 +1,32 @@
+# Two commands: `make run` (install + run the main job on the embedded simulated default)
+# and `make test` (install + run the whole suite). Everything lives in .venv.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint ui clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/trm run
+
+test: $(STAMP)
+	$(BIN)/ruff check trm_assets trm_assets_tests
+	$(BIN)/ruff format --check trm_assets trm_assets_tests
+	$(BIN)/mypy trm_assets/domain trm_assets/harness/config.py
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check trm_assets trm_assets_tests
+	$(BIN)/ruff format --check trm_assets trm_assets_tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,118 @@
+"""The single integration point between trm-assets and any language model.
+
+Contract (in the spirit of GEPA's adapter protocol):
+
+* ``chat(messages, tools=..., ...)`` sends one OpenAI-style chat completion request and returns one
+  :class:`ChatResponse`. ``messages`` are plain dicts in the OpenAI chat format
+  (``{"role": "system"|"user"|"assistant"|"tool", "content": str, ...}``; assistant turns may carry
+  ``tool_calls``, tool turns carry ``tool_call_id``). ``tools`` are OpenAI function-tool specs.
+* The provider is stateless across calls except for usage accounting and connection pools.
+* ``model`` names the model that answers; ``usage`` accumulates tokens over the provider's life.
+
+Error policy (GATE.md §2): a provider **never** raises for a well-formed answer that happens to be
+wrong, empty or unparsable — that is a *task* failure, judged by the caller from the content.
+It raises :class:`InfraError` (after its own bounded retries) only for failures of the
+infrastructure: timeouts, connection errors, HTTP 429/5xx, a response that is not a valid chat
+completion. Callers record InfraError as an infra failure (the gate drops baseline infra failures
+and imputes candidate infra failures as wrong). Any other exception is a systemic bug and must
+propagate. Messages of InfraError never contain API keys or authorization headers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+Message = dict[str, Any]
+ToolSpec = dict[str, Any]
+
+
+class InfraError(RuntimeError):
+    """An infrastructure failure (timeout, connection, 429/5xx, invalid response envelope).
+
+    ``kind`` is one of ``timeout``, ``connection``, ``http_status``, ``invalid_response``.
+    """
+
+    def __init__(self, kind: str, message: str, *, status: int | None = None) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.status = status
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call requested by the model (OpenAI ``tool_calls[i]``)."""
+
+    id: str
+    name: str
+    arguments: str  # raw JSON text, exactly as the model produced it
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class ChatResponse:
+    """One chat completion: the assistant's text and/or tool calls, plus usage and latency."""
+
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    finish_reason: str = "stop"
+    latency_s: float = 0.0
+
+    def as_message(self) -> Message:
+        """The assistant message to append to the conversation (OpenAI format)."""
+        msg: Message = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            msg["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in self.tool_calls
+            ]
+        return msg
+
+
+@runtime_checkable
+class LLMProvider(Protocol):
+    """Async chat completion with tools. See the module docstring for the error policy."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens used by all calls so far."""
+        ...
+
+    @property
+    def is_simulated(self) -> bool:
+        """True for the simulated world (labelled as such in every report and metadata)."""
+        ...
+
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+    ) -> ChatResponse: ...
