@@ -1,0 +1,145 @@
+"""The ``trm`` command: what is not Dagster-native (data, config, benchmarks, simulator, runs).
+
+Subcommands that live in other layers are registered lazily (``module:attribute`` of a click
+command) so ``trm --help`` stays fast and importing the CLI does not import dagster.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from trm_assets.domain.errors import TrmError
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported only when invoked or listed."""
+
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]] | None = None, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._lazy = lazy or {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self._lazy:
+            module, help_text = self._lazy[cmd_name]
+            mod_name, _, attr = module.partition(":")
+            cmd = getattr(importlib.import_module(mod_name), attr)
+            if not isinstance(cmd, click.Command):
+                raise click.ClickException(f"{module} is not a click command")
+            cmd.name = cmd_name
+            if not cmd.short_help and not cmd.help:
+                cmd.short_help = help_text
+            return cmd
+        return super().get_command(ctx, cmd_name)
+
+
+def _fail_on_trm_error(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Show a TrmError as its message (no traceback), exit code 2."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TrmError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+@click.group(cls=LazyGroup, lazy={})
+@click.version_option(package_name="trm-assets")
+def main() -> None:
+    """trm-assets: a statistically gated, self-evolving Video-MME agent training loop."""
+
+
+# --------------------------------------------------------------------------------------------
+# trm data
+
+
+@main.group(cls=LazyGroup, lazy={})
+def data() -> None:
+    """Inspect and generate data (question files and video trees)."""
+
+
+@data.command("check")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def data_check(paths: tuple[str, ...], as_json: bool) -> None:
+    """Load question files (json/csv/parquet) and tree files; print counts or every error."""
+    from trm_assets.harness.datacheck import check_paths
+    from trm_assets.harness.questions import QuestionSummary
+
+    rep = check_paths(list(paths))
+    summary = QuestionSummary.of(rep.questions)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "ok": rep.ok,
+                    "questions": summary.n,
+                    "trees": len(rep.trees),
+                    "by_task_type": summary.by_task_type,
+                    "by_duration": summary.by_duration,
+                    "errors": rep.errors,
+                },
+                indent=2,
+            )
+        )
+    else:
+        if rep.question_files:
+            click.echo(f"questions: {summary.n} from {len(rep.question_files)} file(s)")
+            click.echo("  by task type:")
+            for t, n in summary.by_task_type.items():
+                click.echo(f"    {t:<24} {n:>5}")
+            click.echo("  by duration:")
+            for d, n in summary.by_duration.items():
+                click.echo(f"    {d:<24} {n:>5}")
+        if rep.trees:
+            n_nodes = sum(len(t.nodes) for t in rep.trees.values())
+            click.echo(f"trees: {len(rep.trees)} video(s), {n_nodes} nodes")
+        for s in rep.skipped:
+            click.echo(f"skipped: {s}")
+        for e in rep.errors:
+            click.echo(f"error: {e}", err=True)
+    if not rep.ok:
+        sys.exit(1)
+
+
+# --------------------------------------------------------------------------------------------
+# trm config
+
+
+@main.group()
+def config() -> None:
+    """Resolve and show run configurations."""
+
+
+@config.command("show")
+@click.option("--config", "config_path", type=click.Path(), default=None, help="YAML config file.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a setting.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
+@_fail_on_trm_error
+def config_show(config_path: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Print the resolved config (CLI > env/.env > YAML > defaults), without secrets."""
+    from trm_assets.harness.config import config_to_yaml, load_config
+
+    cfg = load_config(config_path, overrides)
+    if as_json:
+        click.echo(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    else:
+        click.echo(config_to_yaml(cfg), nl=False)
+    click.echo(f"# fingerprint: {cfg.fingerprint()}", err=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

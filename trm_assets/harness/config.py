@@ -1,0 +1,426 @@
+"""RunConfig: every research knob of a run, frozen, validated in four layers (seed §3, GATE §11).
+
+Precedence: CLI ``--set key=value`` > environment / ``.env`` (``TRM_<FIELD>``, nested with
+``__``: ``TRM_SIM__SEED=3``) > YAML file > defaults. Unknown keys are errors at every layer (a typo
+must not silently fall back to a default). Secrets and engineering settings are *not* here: see
+:mod:`trm_assets.harness.settings`.
+
+Validation layers (all problems are reported together, each with its dotted path, the value and
+the allowed range):
+
+1. field types and ranges (pydantic);
+2. edit budget (``1 ≤ edit_budget_end ≤ edit_budget_start``);
+3. mini-batch (``min_class_per_batch < batch_size``, strictly);
+4. gate (``gate_lambda_dir < 0``; hybrid ⇒ ``gate_alpha_early < gate_alpha``; elond ⇒ anytime;
+   ``ladder_p_low < ladder_p_high``);
+
+plus, once the data is loaded, ``val_size ≥ eval_min_per_class × n_task_types``
+(:func:`check_against_data`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from trm_assets.domain.errors import TrmError
+from trm_assets.llm.sim_config import SimConfig
+
+ENV_PREFIX = "TRM_"
+# Environment variables with the TRM_ prefix that belong to Settings, not to RunConfig.
+_SETTINGS_ENV_PREFIXES = ("TRM_LLM_", "TRM_DAGSTER_", "TRM_HOME")
+
+
+def _field(default: Any, allowed: str, **kw: Any) -> Any:
+    """A field whose allowed range is stated for humans in error messages."""
+    return Field(default, json_schema_extra={"allowed": allowed}, **kw)
+
+
+class ConfigError(TrmError, ValueError):
+    """Every problem of a configuration, one per line."""
+
+    def __init__(self, problems: Sequence[str], source: str = "config") -> None:
+        self.problems = tuple(problems)
+        body = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{source}: {len(self.problems)} invalid setting(s):\n{body}")
+
+
+class RunConfig(BaseModel):
+    """All decision-relevant knobs of one experiment. Frozen: a run never mutates its config."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # --- data and seeds -------------------------------------------------------------------------
+    seed: int = _field(0, "any integer")
+    questions: str = _field("data/default/questions.json", "a question file (json, csv, parquet)")
+    trees: str = _field("data/default/trees", "a directory of tree JSON files")
+    ground_truth: str | None = _field(
+        "data/default/ground_truth.json", "the simulator's sidecar, or null with a real model"
+    )
+
+    # --- pools (SPEC 5.1) -----------------------------------------------------------------------
+    test_size: int = _field(600, ">= 1", ge=1)
+    val_size: int = _field(600, ">= 1", ge=1)
+    diag_size: int | None = _field(None, ">= 1, or null for all remaining questions", ge=1)
+    eval_min_per_class: int = _field(30, ">= 1", ge=1)
+
+    # --- loop -----------------------------------------------------------------------------------
+    epochs: int = _field(3, ">= 1", ge=1)
+    steps_per_epoch: int = _field(4, ">= 1", ge=1)
+    patience: int = _field(2, ">= 1", ge=1)
+    batch_size: int = _field(24, ">= 2", ge=2)
+    min_class_per_batch: int = _field(2, ">= 1 and < batch_size", ge=1)
+    wrong_mix_ratio: float = _field(0.25, "0 <= x <= 1", ge=0, le=1)
+    gate_cooldown_steps: int = _field(2, ">= 0", ge=0)
+    gate_policy: Literal["ce_gate", "accept_all", "minibatch_sum", "full_val_point"] = _field(
+        "ce_gate", "ce_gate | accept_all | minibatch_sum | full_val_point"
+    )
+
+    # --- edit budget ----------------------------------------------------------------------------
+    edit_budget_start: int = _field(4, "1..50", ge=1, le=50)
+    edit_budget_end: int = _field(1, "1..edit_budget_start", ge=1, le=50)
+    edit_budget_schedule: Literal["cosine", "linear", "constant"] = _field(
+        "cosine", "cosine | linear | constant"
+    )
+
+    # --- gate (GATE.md §11) ---------------------------------------------------------------------
+    gate_alpha: float = _field(0.05, "0 < α < 1", gt=0, lt=1)
+    gate_mode: Literal["anytime", "horizon", "hybrid"] = _field(
+        "hybrid", "anytime | horizon | hybrid"
+    )
+    gate_alpha_early: float = _field(0.01, "0 < α₁ < gate_alpha", gt=0, lt=1)
+    gate_alpha_harm: float = _field(0.10, "0 < α_h < 1", gt=0, lt=1)
+    gate_lambda0: float = _field(0.4, "0 < λ₀ < 1", gt=0, lt=1)
+    gate_lambda_dir: float = _field(math.log(0.1), "< 0")
+    gate_block: int = _field(10, ">= 1", ge=1)
+    gate_passes: int | None = _field(None, ">= 1, or null (1; 3 for pools < 60)", ge=1)
+    gate_max_blocks: int | None = _field(None, ">= 1, or null (ceil(ladder·passes/block))", ge=1)
+    gate_infra_max_rate: float = _field(0.2, "0 < x < 1", gt=0, lt=1)
+    gate_infra_min_denominator: int = _field(10, ">= 10", ge=10)
+    gate_grid_k: int = _field(20, ">= 5", ge=5)
+    gate_grid_max: float = _field(0.9, "0 < x < 1", gt=0, lt=1)
+    run_error_policy: Literal["per_gate", "pfer", "elond"] = _field(
+        "per_gate", "per_gate | pfer | elond"
+    )
+    run_pfer_budget: float = _field(1.0, "> 0", gt=0)
+    run_fdr_alpha: float = _field(0.10, "0 < x < 1", gt=0, lt=1)
+    run_max_gates: int | None = _field(None, ">= 1, or null (epochs × steps × task types)", ge=1)
+    probation_alpha_harm: float = _field(0.10, "0 < x < 1", gt=0, lt=1)
+    probation_rollback_margin: float = _field(0.0, ">= 0", ge=0)
+    probation_min_pairs: int = _field(10, ">= 1", ge=1)
+
+    # --- information ladder (fidelity #6) -------------------------------------------------------
+    ladder_p_low: float = _field(0.05, "0 <= p_low < p_high", ge=0, lt=1)
+    ladder_p_high: float = _field(0.95, "p_low < p_high <= 1", gt=0, le=1)
+    ladder_gamma: float = _field(0.3, "0 < γ <= 1", gt=0, le=1)
+    ladder_probe_every: int = _field(3, ">= 1 (one probe question after every N ladder items)", ge=1)
+
+    # --- inference ------------------------------------------------------------------------------
+    concurrency: int = _field(8, "1..512", ge=1, le=512)
+    max_agent_steps: int = _field(8, "1..64", ge=1, le=64)
+    skill_mode: Literal["task", "all", "none"] = _field("task", "task | all | none")
+
+    # --- models ---------------------------------------------------------------------------------
+    llm_provider: Literal["sim", "openai"] = _field("sim", "sim | openai")
+    agent_model: str = _field("sim-agent", "a model name", min_length=1)
+    evolve_model: str = _field("sim-evolve", "a model name", min_length=1)
+    diagnose_model: str | None = _field(None, "a model name, or null to use evolve_model")
+
+    # --- simulated world ------------------------------------------------------------------------
+    sim: SimConfig = Field(default_factory=SimConfig)
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> RunConfig:
+        problems = cross_field_problems(self)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def fingerprint(self) -> str:
+        """Hash of the decision-relevant fields (resume guard: a change warns)."""
+        return _hash(self.model_dump(mode="json", exclude=set(NON_DECISION_FIELDS)))
+
+    def structural_fingerprint(self) -> str:
+        """Hash of the fields whose change makes a saved state meaningless (resume refuses)."""
+        return _hash(self.model_dump(mode="json", include=set(STRUCTURAL_FIELDS)))
+
+    def effective_diagnose_model(self) -> str:
+        return self.diagnose_model or self.evolve_model
+
+
+# Fields that change how fast or how long a run goes, never what it decides.
+NON_DECISION_FIELDS: tuple[str, ...] = ("epochs", "concurrency")
+# Fields whose change invalidates saved pools, batches or correctness: resume refuses.
+STRUCTURAL_FIELDS: tuple[str, ...] = (
+    "seed",
+    "questions",
+    "trees",
+    "test_size",
+    "val_size",
+    "diag_size",
+    "eval_min_per_class",
+    "batch_size",
+    "min_class_per_batch",
+    "steps_per_epoch",
+)
+
+
+def _hash(obj: Any) -> str:
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def cross_field_problems(c: RunConfig | Mapping[str, Any], skip: frozenset[str] = frozenset()) -> list[str]:
+    """Layers 2-4 of the seed's validation; each problem names the fields and values.
+
+    Works on a validated config or on raw values (``skip`` names fields that already failed their
+    own validation, whose checks are left out), so one error message can list every problem.
+    """
+    v: dict[str, Any] = {
+        name: info.default for name, info in RunConfig.model_fields.items() if not info.is_required()
+    }
+    v.update(c.model_dump() if isinstance(c, RunConfig) else dict(c))
+    checks: list[tuple[tuple[str, ...], Callable[[], bool], Callable[[], str]]] = [
+        # layer 2: edit budget
+        (
+            ("edit_budget_end", "edit_budget_start"),
+            lambda: v["edit_budget_end"] > v["edit_budget_start"],
+            lambda: f"edit_budget_end: {v['edit_budget_end']} must be <= edit_budget_start "
+            f"({v['edit_budget_start']})",
+        ),
+        # layer 3: mini-batch
+        (
+            ("min_class_per_batch", "batch_size"),
+            lambda: v["min_class_per_batch"] >= v["batch_size"],
+            lambda: f"min_class_per_batch: {v['min_class_per_batch']} must be strictly less than "
+            f"batch_size ({v['batch_size']})",
+        ),
+        # layer 4: gate (GATE §11) and ladder
+        (
+            ("gate_lambda_dir",),
+            lambda: not v["gate_lambda_dir"] < 0,
+            lambda: f"gate_lambda_dir: {v['gate_lambda_dir']} must be < 0 (e.g. ln 0.1 = -2.303)",
+        ),
+        (
+            ("gate_mode", "gate_alpha_early", "gate_alpha"),
+            lambda: v["gate_mode"] == "hybrid" and not v["gate_alpha_early"] < v["gate_alpha"],
+            lambda: f"gate_alpha_early: {v['gate_alpha_early']} must be < gate_alpha "
+            f"({v['gate_alpha']}) when gate_mode is hybrid",
+        ),
+        (
+            ("run_error_policy", "gate_mode"),
+            lambda: v["run_error_policy"] == "elond" and v["gate_mode"] != "anytime",
+            lambda: f"gate_mode: {v['gate_mode']!r} must be 'anytime' when run_error_policy "
+            "is 'elond'",
+        ),
+        (
+            ("ladder_p_low", "ladder_p_high"),
+            lambda: not v["ladder_p_low"] < v["ladder_p_high"],
+            lambda: f"ladder_p_low: {v['ladder_p_low']} must be < ladder_p_high "
+            f"({v['ladder_p_high']})",
+        ),
+    ]
+    problems: list[str] = []
+    for fields, violated, message in checks:
+        if skip.intersection(fields):
+            continue
+        try:
+            if violated():
+                problems.append(message())
+        except TypeError:  # a raw value of the wrong type: its own field error says so
+            continue
+    return problems
+
+
+def check_against_data(config: RunConfig, task_types: Iterable[str], n_questions: int) -> None:
+    """The data-dependent layer: stratified validation and pool sizes must fit the data."""
+    types = sorted(set(task_types))
+    problems: list[str] = []
+    need = config.eval_min_per_class * len(types)
+    if config.val_size < need:
+        problems.append(
+            f"val_size: {config.val_size} must be >= eval_min_per_class × task types = "
+            f"{config.eval_min_per_class} × {len(types)} = {need}"
+        )
+    used = config.test_size + config.val_size + (config.diag_size or 1)
+    if used > n_questions:
+        problems.append(
+            f"test_size + val_size + diagnosis: {used} exceeds the {n_questions} questions loaded "
+            f"from {config.questions}"
+        )
+    if problems:
+        raise ConfigError(problems, "config vs data")
+
+
+# ------------------------------------------------------------------------------------------------
+# Loading with precedence CLI > env/.env > YAML
+
+
+def _loc_str(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(x) for x in loc)
+
+
+def _allowed(loc: tuple[int | str, ...]) -> str | None:
+    model: Any = RunConfig
+    info = None
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        info = fields[part]
+        model = info.annotation
+    extra = getattr(info, "json_schema_extra", None)
+    return extra.get("allowed") if isinstance(extra, dict) else None
+
+
+def _format_validation_error(e: ValidationError) -> list[str]:
+    out: list[str] = []
+    for err in e.errors():
+        loc = tuple(err.get("loc", ()))
+        if not loc and err.get("type") == "value_error":
+            # cross-field problems arrive as one multi-line message
+            msg = str(err.get("msg", "")).removeprefix("Value error, ")
+            out.extend(line for line in msg.splitlines() if line.strip())
+            continue
+        path = _loc_str(loc) or "<root>"
+        if err.get("type") == "extra_forbidden":
+            out.append(f"{path}: unknown key (check the spelling; see `trm config show`)")
+            continue
+        allowed = _allowed(loc)
+        value = err.get("input")
+        line = f"{path}: {err.get('msg')} (got {value!r})"
+        if allowed:
+            line += f"; allowed: {allowed}"
+        out.append(line)
+    return out
+
+
+def _set_dotted(target: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = [p for p in dotted.split(".") if p]
+    if not parts:
+        raise ConfigError([f"{dotted!r}: empty key"], "--set")
+    node = target
+    for part in parts[:-1]:
+        nxt = node.setdefault(part, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError([f"{dotted}: {part!r} is not a section"], "--set")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def _parse_scalar(text: str) -> Any:
+    """Parse an override value like YAML would (``0.1`` → float, ``null`` → None, ``[1,2]``)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def parse_set_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``["gate_alpha=0.1", "sim.seed=3"]`` → nested dict; malformed items are errors."""
+    out: dict[str, Any] = {}
+    bad: list[str] = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            bad.append(f"--set {item!r}: expected key=value")
+            continue
+        _set_dotted(out, key.strip(), _parse_scalar(raw))
+    if bad:
+        raise ConfigError(bad, "--set")
+    return out
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``TRM_GATE_ALPHA=0.1`` / ``TRM_SIM__SEED=3`` → nested dict (Settings variables skipped)."""
+    out: dict[str, Any] = {}
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or name.startswith(_SETTINGS_ENV_PREFIXES):
+            continue
+        dotted = name[len(ENV_PREFIX) :].lower().replace("__", ".")
+        _set_dotted(out, dotted, _parse_scalar(environ[name]))
+    return out
+
+
+def read_dotenv(path: str | Path = ".env") -> dict[str, str]:
+    """Variables of a ``.env`` file (values from the real environment win over it)."""
+    from dotenv import dotenv_values  # shipped with pydantic-settings
+
+    p = Path(path)
+    if not p.is_file():
+        return {}
+    return {k: v for k, v in dotenv_values(p).items() if v is not None}
+
+
+def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def read_yaml_config(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError([f"cannot read the file ({e.strerror})"], str(p)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        raise ConfigError([f"{where}invalid YAML ({getattr(e, 'problem', e)})"], str(p)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"top level must be a mapping of settings, got {type(data).__name__}"], str(p))
+    return data
+
+
+def load_config(
+    yaml_path: str | Path | None = None,
+    cli_overrides: Sequence[str] = (),
+    *,
+    environ: Mapping[str, str] | None = None,
+    dotenv_path: str | Path | None = ".env",
+) -> RunConfig:
+    """Resolve the config with precedence CLI > env/.env > YAML > defaults.
+
+    Raises :class:`ConfigError` listing every problem (unknown keys included).
+    """
+    layers: dict[str, Any] = {}
+    source = str(yaml_path) if yaml_path else "config"
+    if yaml_path is not None:
+        layers = read_yaml_config(yaml_path)
+    env: dict[str, str] = {}
+    if dotenv_path is not None:
+        env.update(read_dotenv(dotenv_path))
+    env.update(os.environ if environ is None else environ)
+    layers = _deep_merge(layers, env_overrides(env))
+    layers = _deep_merge(layers, parse_set_overrides(cli_overrides))
+    try:
+        return RunConfig.model_validate(layers)
+    except ValidationError as e:
+        problems = _format_validation_error(e)
+        failed = frozenset(str(err["loc"][0]) for err in e.errors() if err.get("loc"))
+        if failed:  # field errors stop pydantic before the cross-field layer: run it here
+            known = {k: val for k, val in layers.items() if k in RunConfig.model_fields}
+            problems += cross_field_problems(known, skip=failed)
+        raise ConfigError(problems, source) from None
+
+
+def config_to_yaml(config: RunConfig) -> str:
+    """The resolved config as YAML (no secrets live in RunConfig)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

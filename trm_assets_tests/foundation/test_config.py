@@ -1,0 +1,171 @@
+"""RunConfig: precedence CLI > env/.env > YAML, every validation layer, fingerprints, secrets."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from trm_assets.harness.config import (
+    ConfigError,
+    RunConfig,
+    check_against_data,
+    load_config,
+    parse_set_overrides,
+)
+from trm_assets.harness.settings import Settings
+
+
+def _yaml(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "cfg.yaml"
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_defaults_are_valid_and_frozen() -> None:
+    cfg = load_config(None, environ={}, dotenv_path=None)
+    assert cfg == RunConfig()
+    with pytest.raises(ValidationError):
+        cfg.seed = 3  # type: ignore[misc]
+
+
+def test_precedence_cli_over_env_over_yaml(tmp_path: Path) -> None:
+    y = _yaml(tmp_path, "gate_alpha: 0.02\nbatch_size: 30\nsim:\n  seed: 5\n  cue_strength: 1.0\n")
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("TRM_BATCH_SIZE=40\nTRM_EPOCHS=7\n")
+    env = {"TRM_BATCH_SIZE": "50", "TRM_SIM__SEED": "6"}
+    cfg = load_config(y, ["sim.seed=9", "patience=4"], environ=env, dotenv_path=dotenv)
+    assert cfg.gate_alpha == 0.02  # YAML only
+    assert cfg.batch_size == 50  # real env beats .env beats YAML
+    assert cfg.epochs == 7  # .env beats default
+    assert cfg.sim.seed == 9  # CLI beats env
+    assert cfg.sim.cue_strength == 1.0  # nested YAML keys merge, not replace
+    assert cfg.patience == 4
+
+
+def test_set_parses_like_yaml() -> None:
+    assert parse_set_overrides(["a=0.5", "b=null", "c.d=true", "e=text"]) == {
+        "a": 0.5,
+        "b": None,
+        "c": {"d": True},
+        "e": "text",
+    }
+    with pytest.raises(ConfigError, match="expected key=value"):
+        parse_set_overrides(["novalue"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        # layer 1: fields
+        (["gate_alpha=1.5"], "gate_alpha: Input should be less than 1 (got 1.5); allowed: 0 < α < 1"),
+        (["batch_size=many"], "batch_size: Input should be a valid integer"),
+        (["gate_mode=sometimes"], "gate_mode: Input should be 'anytime', 'horizon' or 'hybrid'"),
+        (["sim.proposal_mix.cue=0.9"], "proposal mix must sum to 1"),
+        # layer 2: edit budget
+        (["edit_budget_start=2", "edit_budget_end=3"], "edit_budget_end: 3 must be <= edit_budget_start (2)"),
+        # layer 3: mini-batch, strictly less
+        (["batch_size=4", "min_class_per_batch=4"], "min_class_per_batch: 4 must be strictly less than batch_size (4)"),
+        # layer 4: gate
+        (["gate_lambda_dir=0"], "gate_lambda_dir: 0.0 must be < 0"),
+        (["gate_alpha_early=0.05"], "gate_alpha_early: 0.05 must be < gate_alpha (0.05) when gate_mode is hybrid"),
+        (["run_error_policy=elond"], "gate_mode: 'hybrid' must be 'anytime' when run_error_policy is 'elond'"),
+        (["ladder_p_low=0.9", "ladder_p_high=0.5"], "ladder_p_low: 0.9 must be < ladder_p_high (0.5)"),
+        # unknown keys
+        (["gate_alpa=0.1"], "gate_alpa: unknown key"),
+        (["sim.cue_strenght=1"], "sim.cue_strenght: unknown key"),
+    ],
+)
+def test_each_validation_layer(overrides, fragment) -> None:
+    with pytest.raises(ConfigError) as ei:
+        load_config(None, overrides, environ={}, dotenv_path=None)
+    assert fragment in str(ei.value), str(ei.value)
+
+
+def test_one_message_lists_every_problem() -> None:
+    with pytest.raises(ConfigError) as ei:
+        load_config(
+            None,
+            ["gate_alpha=2", "gate_alpa=1", "batch_size=3", "min_class_per_batch=3", "epochs=0"],
+            environ={},
+            dotenv_path=None,
+        )
+    e = ei.value
+    assert len(e.problems) == 4
+    joined = "\n".join(e.problems)
+    for f in ("gate_alpha:", "gate_alpa:", "min_class_per_batch: 3", "epochs:"):
+        assert f in joined
+
+
+def test_hybrid_check_skipped_when_alpha_itself_invalid() -> None:
+    with pytest.raises(ConfigError) as ei:
+        load_config(None, ["gate_alpha=7"], environ={}, dotenv_path=None)
+    assert len(ei.value.problems) == 1  # no spurious cross-field message about alpha_early
+
+
+def test_unknown_env_key_is_an_error_but_settings_vars_are_not() -> None:
+    with pytest.raises(ConfigError, match="gate_alpah: unknown key"):
+        load_config(None, environ={"TRM_GATE_ALPAH": "0.1"}, dotenv_path=None)
+    cfg = load_config(None, environ={"TRM_LLM_API_KEY": "sk-x", "OTHER": "1"}, dotenv_path=None)
+    assert cfg == RunConfig()
+
+
+def test_yaml_errors_are_located(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"line \d+ column \d+: invalid YAML"):
+        load_config(_yaml(tmp_path, "a: 1\nb: [unclosed\n"), environ={}, dotenv_path=None)
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(_yaml(tmp_path, "- 1\n- 2\n"), environ={}, dotenv_path=None)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml", environ={}, dotenv_path=None)
+
+
+def test_check_against_data() -> None:
+    cfg = RunConfig(val_size=100, eval_min_per_class=10, test_size=50)
+    check_against_data(cfg, [f"t{i}" for i in range(10)], 500)
+    with pytest.raises(ConfigError, match=r"val_size: 100 must be >= .* = 10 × 11 = 110"):
+        check_against_data(cfg, [f"t{i}" for i in range(11)], 500)
+    with pytest.raises(ConfigError, match="exceeds the 120 questions"):
+        check_against_data(cfg, ["a"], 120)
+
+
+def test_fingerprints() -> None:
+    base = RunConfig()
+    assert base.fingerprint() == RunConfig().fingerprint()
+    assert RunConfig(concurrency=32).fingerprint() == base.fingerprint()  # speed, not decisions
+    assert RunConfig(epochs=9).fingerprint() == base.fingerprint()
+    assert RunConfig(gate_alpha=0.1).fingerprint() != base.fingerprint()
+    assert RunConfig(gate_alpha=0.1).structural_fingerprint() == base.structural_fingerprint()
+    assert RunConfig(seed=1).structural_fingerprint() != base.structural_fingerprint()
+
+
+SECRET = "sk-test-DO-NOT-LEAK-1234567890"
+
+
+def test_api_key_never_leaks(monkeypatch, caplog, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRM_LLM_API_KEY", SECRET)
+    s = Settings()
+    assert s.api_key_value() == SECRET
+    logging.getLogger("trm").warning("settings %r %s %s", s, s, s.describe())
+    for text in (repr(s), str(s), s.model_dump_json(), str(s.model_dump()), str(s.describe()), caplog.text):
+        assert SECRET not in text
+    # An invalid setting must not echo the key in the exception either.
+    monkeypatch.setenv("TRM_LLM_TIMEOUT_S", "-1")
+    with pytest.raises(ValidationError) as ei:
+        Settings()
+    assert SECRET not in str(ei.value)
+    # The key is not part of the research config and never appears in its dump.
+    cfg = load_config(None, dotenv_path=None)
+    assert SECRET not in cfg.model_dump_json()
+
+
+def test_openai_api_key_alias_and_dotenv(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TRM_LLM_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    (tmp_path / ".env").write_text(f"OPENAI_API_KEY={SECRET}\nTRM_LLM_BASE_URL=http://127.0.0.1:9/v1\n")
+    s = Settings()
+    assert s.api_key_value() == SECRET
+    assert s.base_url == "http://127.0.0.1:9/v1"
