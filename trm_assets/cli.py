@@ -20,7 +20,9 @@ from trm_assets.domain.errors import TrmError
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported only when invoked or listed."""
 
-    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]] | None = None, **kw: Any) -> None:
+    def __init__(
+        self, *args: Any, lazy: dict[str, tuple[str, str]] | None = None, **kw: Any
+    ) -> None:
         super().__init__(*args, **kw)
         self._lazy = lazy or {}
 
@@ -139,6 +141,51 @@ def config_show(config_path: str | None, overrides: tuple[str, ...], as_json: bo
     else:
         click.echo(config_to_yaml(cfg), nl=False)
     click.echo(f"# fingerprint: {cfg.fingerprint()}", err=True)
+
+
+# --------------------------------------------------------------------------------------------
+# trm run
+
+
+@main.command("run")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(),
+    default="data/configs/default.yaml",
+    show_default=True,
+    help="YAML config file.",
+)
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a setting.")
+@click.option(
+    "--workspace",
+    type=click.Path(),
+    default="workspaces/default",
+    show_default=True,
+    help="Experiment directory (pools.json, versions, run log).",
+)
+@_fail_on_trm_error
+def run(config_path: str, overrides: tuple[str, ...], workspace: str) -> None:
+    """The main job: load the data, resolve the config, build the frozen pools and report them."""
+    from pathlib import Path
+
+    from trm_assets.harness.config import load_config
+    from trm_assets.harness.dataset import load_dataset
+    from trm_assets.harness.pools_io import build_or_load_pools, format_pools_summary, pools_summary
+
+    cfg = load_config(config_path, overrides)
+    label = "SIMULATED world" if cfg.llm_provider == "sim" else f"model {cfg.agent_model}"
+    click.echo(f"config {config_path} (fingerprint {cfg.fingerprint()}), {label}")
+    ds = load_dataset(cfg)
+    click.echo(
+        f"data: {len(ds.questions)} questions, {len(ds.trees)} video trees, "
+        f"{len(ds.task_types)} task types from {cfg.questions}"
+    )
+    pools_path = Path(workspace) / "pools.json"
+    reused = pools_path.exists()
+    p = build_or_load_pools(cfg, ds.questions, pools_path)
+    click.echo(f"pools: {'reused' if reused else 'written to'} {pools_path}")
+    click.echo(format_pools_summary(pools_summary(p, ds.questions)))
 
 
 if __name__ == "__main__":  # pragma: no cover

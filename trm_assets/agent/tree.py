@@ -29,7 +29,7 @@ class VideoMeta(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     video_id: str = Field(min_length=1)
-    videoID: str = Field(min_length=1)  # noqa: N815 - Video-MME's own field name
+    videoID: str = Field(min_length=1)
     url: str | None = None
     duration_sec: float = Field(gt=0)
     duration_category: Literal["short", "medium", "long"]
@@ -70,7 +70,7 @@ class SubtitleCue(BaseModel):
 class VideoTree(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    schema_version: Literal["1.0"] = "1.0"
     video: VideoMeta
     levels: tuple[Level, ...] = ("video", "segment", "clip", "frame")
     root_id: str
@@ -83,7 +83,9 @@ class VideoTree(BaseModel):
         try:
             return self.nodes[node_id]
         except KeyError:
-            raise KeyError(f"node {node_id!r} is not in the tree of video {self.video.videoID}") from None
+            raise KeyError(
+                f"node {node_id!r} is not in the tree of video {self.video.videoID}"
+            ) from None
 
     def iter_nodes(self, level: Level | None = None) -> list[tuple[str, Node]]:
         """Nodes in depth-first, time order (optionally of one level)."""
@@ -106,7 +108,9 @@ def structural_errors(tree: VideoTree) -> list[str]:
         return [f"root_id: {tree.root_id!r} is not a key of 'nodes'"]
     roots = [nid for nid, n in nodes.items() if n.parent is None]
     if roots != [tree.root_id]:
-        errs.append(f"nodes: expected exactly one root ({tree.root_id!r}) with parent null, got {roots}")
+        errs.append(
+            f"nodes: expected exactly one root ({tree.root_id!r}) with parent null, got {roots}"
+        )
     level_rank = {lv: i for i, lv in enumerate(tree.levels)}
     for nid, n in nodes.items():
         if n.end + _TIME_EPS < n.start:
@@ -133,8 +137,14 @@ def structural_errors(tree: VideoTree) -> list[str]:
                     f"node {cid!r}: time range {c.start}..{c.end} is outside its parent "
                     f"{nid!r} ({n.start}..{n.end})"
                 )
-            if c.level in level_rank and n.level in level_rank and level_rank[c.level] <= level_rank[n.level]:
-                errs.append(f"node {cid!r}: level {c.level!r} is not below its parent's {n.level!r}")
+            if (
+                c.level in level_rank
+                and n.level in level_rank
+                and level_rank[c.level] <= level_rank[n.level]
+            ):
+                errs.append(
+                    f"node {cid!r}: level {c.level!r} is not below its parent's {n.level!r}"
+                )
             if c.start + _TIME_EPS < prev_start:
                 errs.append(f"node {nid!r}: children are not sorted by start (at {cid!r})")
             prev_start = c.start
@@ -150,11 +160,14 @@ def structural_errors(tree: VideoTree) -> list[str]:
         stack.extend(c for c in nodes[nid].children if c in nodes)
     unreachable = sorted(set(nodes) - seen)
     if unreachable:
-        errs.append(f"nodes: {len(unreachable)} node(s) not reachable from the root: {unreachable[:5]}")
+        errs.append(
+            f"nodes: {len(unreachable)} node(s) not reachable from the root: {unreachable[:5]}"
+        )
     root = nodes[tree.root_id]
     if root.end > tree.video.duration_sec + 1.0:
         errs.append(
-            f"node {tree.root_id!r}: end {root.end} exceeds video.duration_sec {tree.video.duration_sec}"
+            f"node {tree.root_id!r}: end {root.end} exceeds "
+            f"video.duration_sec {tree.video.duration_sec}"
         )
     return errs
 
@@ -166,7 +179,9 @@ def parse_tree(data: Any, source: str) -> VideoTree:
     try:
         tree = VideoTree.model_validate(data)
     except ValidationError as e:
-        raise TreeFormatError.from_messages(source, describe_validation_error(e, _tree_loc)) from None
+        raise TreeFormatError.from_messages(
+            source, describe_validation_error(e, _tree_loc)
+        ) from None
     errs = structural_errors(tree)
     if errs:
         raise TreeFormatError.from_messages(source, errs)
@@ -190,7 +205,9 @@ def load_tree(path: str | Path) -> VideoTree:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise TreeFormatError(str(p), f"line {e.lineno} column {e.colno}", None, f"valid JSON ({e.msg})") from None
+        raise TreeFormatError(
+            str(p), f"line {e.lineno} column {e.colno}", None, f"valid JSON ({e.msg})"
+        ) from None
     return parse_tree(data, str(p))
 
 
@@ -201,6 +218,8 @@ def load_trees(directory: str | Path) -> dict[str, VideoTree]:
     for p in sorted(d.glob("*.json")):
         t = load_tree(p)
         if t.video.videoID in trees:
-            raise TreeFormatError(str(p), None, "video.videoID", f"a unique videoID ({t.video.videoID!r} repeats)")
+            raise TreeFormatError(
+                str(p), None, "video.videoID", f"a unique videoID ({t.video.videoID!r} repeats)"
+            )
         trees[t.video.videoID] = t
     return trees

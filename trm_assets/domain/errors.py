@@ -1,4 +1,4 @@
-"""Errors for humans: every message names the source, the location, the field and what was expected."""
+"""Errors for humans: each message names the source, location, field and what was expected."""
 
 from __future__ import annotations
 

@@ -69,7 +69,6 @@ class RunConfig(BaseModel):
     # --- pools (SPEC 5.1) -----------------------------------------------------------------------
     test_size: int = _field(600, ">= 1", ge=1)
     val_size: int = _field(600, ">= 1", ge=1)
-    diag_size: int | None = _field(None, ">= 1, or null for all remaining questions", ge=1)
     eval_min_per_class: int = _field(30, ">= 1", ge=1)
 
     # --- loop -----------------------------------------------------------------------------------
@@ -121,7 +120,9 @@ class RunConfig(BaseModel):
     ladder_p_low: float = _field(0.05, "0 <= p_low < p_high", ge=0, lt=1)
     ladder_p_high: float = _field(0.95, "p_low < p_high <= 1", gt=0, le=1)
     ladder_gamma: float = _field(0.3, "0 < γ <= 1", gt=0, le=1)
-    ladder_probe_every: int = _field(3, ">= 1 (one probe question after every N ladder items)", ge=1)
+    ladder_probe_every: int = _field(
+        3, ">= 1 (one probe question after every N ladder items)", ge=1
+    )
 
     # --- inference ------------------------------------------------------------------------------
     concurrency: int = _field(8, "1..512", ge=1, le=512)
@@ -165,7 +166,6 @@ STRUCTURAL_FIELDS: tuple[str, ...] = (
     "trees",
     "test_size",
     "val_size",
-    "diag_size",
     "eval_min_per_class",
     "batch_size",
     "min_class_per_batch",
@@ -178,14 +178,18 @@ def _hash(obj: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def cross_field_problems(c: RunConfig | Mapping[str, Any], skip: frozenset[str] = frozenset()) -> list[str]:
+def cross_field_problems(
+    c: RunConfig | Mapping[str, Any], skip: frozenset[str] = frozenset()
+) -> list[str]:
     """Layers 2-4 of the seed's validation; each problem names the fields and values.
 
     Works on a validated config or on raw values (``skip`` names fields that already failed their
     own validation, whose checks are left out), so one error message can list every problem.
     """
     v: dict[str, Any] = {
-        name: info.default for name, info in RunConfig.model_fields.items() if not info.is_required()
+        name: info.default
+        for name, info in RunConfig.model_fields.items()
+        if not info.is_required()
     }
     v.update(c.model_dump() if isinstance(c, RunConfig) else dict(c))
     checks: list[tuple[tuple[str, ...], Callable[[], bool], Callable[[], str]]] = [
@@ -193,15 +197,19 @@ def cross_field_problems(c: RunConfig | Mapping[str, Any], skip: frozenset[str] 
         (
             ("edit_budget_end", "edit_budget_start"),
             lambda: v["edit_budget_end"] > v["edit_budget_start"],
-            lambda: f"edit_budget_end: {v['edit_budget_end']} must be <= edit_budget_start "
-            f"({v['edit_budget_start']})",
+            lambda: (
+                f"edit_budget_end: {v['edit_budget_end']} must be <= edit_budget_start "
+                f"({v['edit_budget_start']})"
+            ),
         ),
         # layer 3: mini-batch
         (
             ("min_class_per_batch", "batch_size"),
             lambda: v["min_class_per_batch"] >= v["batch_size"],
-            lambda: f"min_class_per_batch: {v['min_class_per_batch']} must be strictly less than "
-            f"batch_size ({v['batch_size']})",
+            lambda: (
+                f"min_class_per_batch: {v['min_class_per_batch']} must be strictly less than "
+                f"batch_size ({v['batch_size']})"
+            ),
         ),
         # layer 4: gate (GATE §11) and ladder
         (
@@ -212,20 +220,24 @@ def cross_field_problems(c: RunConfig | Mapping[str, Any], skip: frozenset[str] 
         (
             ("gate_mode", "gate_alpha_early", "gate_alpha"),
             lambda: v["gate_mode"] == "hybrid" and not v["gate_alpha_early"] < v["gate_alpha"],
-            lambda: f"gate_alpha_early: {v['gate_alpha_early']} must be < gate_alpha "
-            f"({v['gate_alpha']}) when gate_mode is hybrid",
+            lambda: (
+                f"gate_alpha_early: {v['gate_alpha_early']} must be < gate_alpha "
+                f"({v['gate_alpha']}) when gate_mode is hybrid"
+            ),
         ),
         (
             ("run_error_policy", "gate_mode"),
             lambda: v["run_error_policy"] == "elond" and v["gate_mode"] != "anytime",
-            lambda: f"gate_mode: {v['gate_mode']!r} must be 'anytime' when run_error_policy "
-            "is 'elond'",
+            lambda: (
+                f"gate_mode: {v['gate_mode']!r} must be 'anytime' when run_error_policy is 'elond'"
+            ),
         ),
         (
             ("ladder_p_low", "ladder_p_high"),
             lambda: not v["ladder_p_low"] < v["ladder_p_high"],
-            lambda: f"ladder_p_low: {v['ladder_p_low']} must be < ladder_p_high "
-            f"({v['ladder_p_high']})",
+            lambda: (
+                f"ladder_p_low: {v['ladder_p_low']} must be < ladder_p_high ({v['ladder_p_high']})"
+            ),
         ),
     ]
     problems: list[str] = []
@@ -250,11 +262,11 @@ def check_against_data(config: RunConfig, task_types: Iterable[str], n_questions
             f"val_size: {config.val_size} must be >= eval_min_per_class × task types = "
             f"{config.eval_min_per_class} × {len(types)} = {need}"
         )
-    used = config.test_size + config.val_size + (config.diag_size or 1)
+    used = config.test_size + config.val_size + 1  # at least one diagnosis question
     if used > n_questions:
         problems.append(
-            f"test_size + val_size + diagnosis: {used} exceeds the {n_questions} questions loaded "
-            f"from {config.questions}"
+            f"test_size + val_size: {used - 1} leaves no diagnosis question out of the "
+            f"{n_questions} loaded from {config.questions}"
         )
     if problems:
         raise ConfigError(problems, "config vs data")
@@ -385,7 +397,9 @@ def read_yaml_config(path: str | Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError([f"top level must be a mapping of settings, got {type(data).__name__}"], str(p))
+        raise ConfigError(
+            [f"top level must be a mapping of settings, got {type(data).__name__}"], str(p)
+        )
     return data
 
 

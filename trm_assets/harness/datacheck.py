@@ -53,7 +53,11 @@ def _expand(paths: list[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out.extend(sorted(x for x in p.rglob("*") if x.is_file() and x.suffix.lower() in QUESTION_SUFFIXES))
+            out.extend(
+                sorted(
+                    x for x in p.rglob("*") if x.is_file() and x.suffix.lower() in QUESTION_SUFFIXES
+                )
+            )
         else:
             out.append(p)
     return out
@@ -77,7 +81,9 @@ def check_paths(paths: list[str | Path]) -> CheckReport:
             elif kind == "tree":
                 tree = load_tree(p)
                 if tree.video.videoID in rep.trees:
-                    rep.errors.append(f"{p}: videoID {tree.video.videoID!r} already loaded from another file")
+                    rep.errors.append(
+                        f"{p}: videoID {tree.video.videoID!r} already loaded from another file"
+                    )
                 rep.trees[tree.video.videoID] = tree
             else:
                 rep.errors.append(

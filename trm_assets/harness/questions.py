@@ -177,7 +177,9 @@ def load_questions_json(path: Path) -> list[Question]:
         if not isinstance(qs, list):
             col.add(vwhere, "field 'questions': expected a list of questions")
             continue
-        base = {k: _pick(video, k, _VIDEO_KEY_ALIASES) for k in ("duration", "domain", "sub_category")}
+        base = {
+            k: _pick(video, k, _VIDEO_KEY_ALIASES) for k in ("duration", "domain", "sub_category")
+        }
         base.update({k: video.get(k) for k in ("video_id", "url", "videoID", "language")})
         for qi, q in enumerate(qs):
             qwhere = f"{vwhere} question #{qi + 1}"
@@ -221,7 +223,9 @@ def load_questions_csv(path: Path) -> list[Question]:
     try:
         with path.open(encoding="utf-8", newline="") as fh:
             reader = csv.DictReader(fh)
-            missing = {"question_id", "task_type", "options", "answer"} - set(reader.fieldnames or [])
+            missing = {"question_id", "task_type", "options", "answer"} - set(
+                reader.fieldnames or []
+            )
             if missing:
                 raise QuestionFormatError(
                     source, "header", ", ".join(sorted(missing)), "Video-MME columns"
@@ -241,9 +245,11 @@ def load_questions_parquet(path: Path) -> list[Question]:
 
     source = str(path)
     try:
-        rel = duckdb.sql("SELECT * FROM read_parquet(?)", params=[str(path)])
-        columns = rel.columns
-        rows = rel.fetchall()
+        con = duckdb.connect()
+        cur = con.execute("SELECT * FROM read_parquet(?)", [str(path)])
+        columns = [d[0] for d in cur.description or []]
+        rows = cur.fetchall()
+        con.close()
     except duckdb.Error as e:
         raise QuestionFormatError(source, None, None, f"a readable parquet file ({e})") from None
     missing = {"question_id", "task_type", "options", "answer"} - set(columns)

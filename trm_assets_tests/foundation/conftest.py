@@ -64,7 +64,7 @@ def flat_rows(videos: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def tree_dict(video_id: str = "001", videoID: str = "vid001") -> dict[str, Any]:  # noqa: N803
+def tree_dict(video_id: str = "001", videoID: str = "vid001") -> dict[str, Any]:
     return {
         "schema_version": "1.0",
         "video": {
@@ -79,17 +79,49 @@ def tree_dict(video_id: str = "001", videoID: str = "vid001") -> dict[str, Any]:
         "levels": ["video", "segment", "clip", "frame"],
         "root_id": "v",
         "nodes": {
-            "v": {"level": "video", "parent": None, "children": ["s0", "s1"], "start": 0.0,
-                  "end": 60.0, "caption": "A talk about comets."},
-            "s0": {"level": "segment", "parent": "v", "children": ["s0c0"], "start": 0.0,
-                   "end": 30.0, "caption": "Intro."},
-            "s0c0": {"level": "clip", "parent": "s0", "children": ["s0c0f0"], "start": 0.0,
-                     "end": 10.0, "caption": "A speaker waves.", "subtitle_text": "hello",
-                     "ocr": ["COMET 101"]},
-            "s0c0f0": {"level": "frame", "parent": "s0c0", "children": [], "start": 4.0,
-                       "end": 4.0, "timestamp": 4.0, "caption": "A hand."},
-            "s1": {"level": "segment", "parent": "v", "children": [], "start": 30.0,
-                   "end": 60.0, "caption": "A telescope."},
+            "v": {
+                "level": "video",
+                "parent": None,
+                "children": ["s0", "s1"],
+                "start": 0.0,
+                "end": 60.0,
+                "caption": "A talk about comets.",
+            },
+            "s0": {
+                "level": "segment",
+                "parent": "v",
+                "children": ["s0c0"],
+                "start": 0.0,
+                "end": 30.0,
+                "caption": "Intro.",
+            },
+            "s0c0": {
+                "level": "clip",
+                "parent": "s0",
+                "children": ["s0c0f0"],
+                "start": 0.0,
+                "end": 10.0,
+                "caption": "A speaker waves.",
+                "subtitle_text": "hello",
+                "ocr": ["COMET 101"],
+            },
+            "s0c0f0": {
+                "level": "frame",
+                "parent": "s0c0",
+                "children": [],
+                "start": 4.0,
+                "end": 4.0,
+                "timestamp": 4.0,
+                "caption": "A hand.",
+            },
+            "s1": {
+                "level": "segment",
+                "parent": "v",
+                "children": [],
+                "start": 30.0,
+                "end": 60.0,
+                "caption": "A telescope.",
+            },
         },
         "subtitles": [{"start": 1.5, "end": 5.0, "text": "hello"}],
     }
@@ -109,3 +141,21 @@ def write_json(tmp_path: Path):
 @pytest.fixture
 def tree() -> dict[str, Any]:
     return copy.deepcopy(tree_dict())
+
+
+@pytest.fixture
+def small_dataset(tmp_path: Path) -> Path:
+    """20 videos × 2 questions (2 task types) + trees + a config sized for them."""
+    root = tmp_path / "ds"
+    (root / "trees").mkdir(parents=True)
+    videos = [video(f"{i:03d}") for i in range(1, 21)]
+    (root / "questions.json").write_text(json.dumps(videos), encoding="utf-8")
+    for v in videos:
+        t = tree_dict(v["video_id"], v["videoID"])
+        (root / "trees" / f"{v['videoID']}.json").write_text(json.dumps(t), encoding="utf-8")
+    (root / "config.yaml").write_text(
+        f"questions: {root / 'questions.json'}\ntrees: {root / 'trees'}\nground_truth: null\n"
+        "test_size: 10\nval_size: 12\neval_min_per_class: 5\nseed: 7\n",
+        encoding="utf-8",
+    )
+    return root

@@ -40,7 +40,9 @@ def test_data_check_directory_ok(tmp_path: Path) -> None:
 
 def test_data_check_human_output(tmp_path: Path) -> None:
     root = _dataset(tmp_path)
-    res = CliRunner().invoke(main, ["data", "check", str(root / "questions.json"), str(root / "trees")])
+    res = CliRunner().invoke(
+        main, ["data", "check", str(root / "questions.json"), str(root / "trees")]
+    )
     assert res.exit_code == 0, res.output
     assert "questions: 4 from 1 file(s)" in res.output
     assert "Counting Problem" in res.output and "trees: 2 video(s), 10 nodes" in res.output
@@ -76,7 +78,9 @@ def test_config_show_resolves_and_reports_all_errors(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)
     y = tmp_path / "c.yaml"
     y.write_text("gate_alpha: 0.02\n")
-    res = CliRunner().invoke(main, ["config", "show", "--config", str(y), "--set", "seed=5", "--json"])
+    res = CliRunner().invoke(
+        main, ["config", "show", "--config", str(y), "--set", "seed=5", "--json"]
+    )
     assert res.exit_code == 0, res.output
     body = res.output[: res.output.rindex("}") + 1]
     cfg = json.loads(body)

@@ -60,19 +60,37 @@ def test_set_parses_like_yaml() -> None:
     ("overrides", "fragment"),
     [
         # layer 1: fields
-        (["gate_alpha=1.5"], "gate_alpha: Input should be less than 1 (got 1.5); allowed: 0 < α < 1"),
+        (
+            ["gate_alpha=1.5"],
+            "gate_alpha: Input should be less than 1 (got 1.5); allowed: 0 < α < 1",
+        ),
         (["batch_size=many"], "batch_size: Input should be a valid integer"),
         (["gate_mode=sometimes"], "gate_mode: Input should be 'anytime', 'horizon' or 'hybrid'"),
         (["sim.proposal_mix.cue=0.9"], "proposal mix must sum to 1"),
         # layer 2: edit budget
-        (["edit_budget_start=2", "edit_budget_end=3"], "edit_budget_end: 3 must be <= edit_budget_start (2)"),
+        (
+            ["edit_budget_start=2", "edit_budget_end=3"],
+            "edit_budget_end: 3 must be <= edit_budget_start (2)",
+        ),
         # layer 3: mini-batch, strictly less
-        (["batch_size=4", "min_class_per_batch=4"], "min_class_per_batch: 4 must be strictly less than batch_size (4)"),
+        (
+            ["batch_size=4", "min_class_per_batch=4"],
+            "min_class_per_batch: 4 must be strictly less than batch_size (4)",
+        ),
         # layer 4: gate
         (["gate_lambda_dir=0"], "gate_lambda_dir: 0.0 must be < 0"),
-        (["gate_alpha_early=0.05"], "gate_alpha_early: 0.05 must be < gate_alpha (0.05) when gate_mode is hybrid"),
-        (["run_error_policy=elond"], "gate_mode: 'hybrid' must be 'anytime' when run_error_policy is 'elond'"),
-        (["ladder_p_low=0.9", "ladder_p_high=0.5"], "ladder_p_low: 0.9 must be < ladder_p_high (0.5)"),
+        (
+            ["gate_alpha_early=0.05"],
+            "gate_alpha_early: 0.05 must be < gate_alpha (0.05) when gate_mode is hybrid",
+        ),
+        (
+            ["run_error_policy=elond"],
+            "gate_mode: 'hybrid' must be 'anytime' when run_error_policy is 'elond'",
+        ),
+        (
+            ["ladder_p_low=0.9", "ladder_p_high=0.5"],
+            "ladder_p_low: 0.9 must be < ladder_p_high (0.5)",
+        ),
         # unknown keys
         (["gate_alpa=0.1"], "gate_alpa: unknown key"),
         (["sim.cue_strenght=1"], "sim.cue_strenght: unknown key"),
@@ -126,7 +144,7 @@ def test_check_against_data() -> None:
     check_against_data(cfg, [f"t{i}" for i in range(10)], 500)
     with pytest.raises(ConfigError, match=r"val_size: 100 must be >= .* = 10 × 11 = 110"):
         check_against_data(cfg, [f"t{i}" for i in range(11)], 500)
-    with pytest.raises(ConfigError, match="exceeds the 120 questions"):
+    with pytest.raises(ConfigError, match="leaves no diagnosis question out of the 120"):
         check_against_data(cfg, ["a"], 120)
 
 
@@ -149,7 +167,14 @@ def test_api_key_never_leaks(monkeypatch, caplog, tmp_path: Path) -> None:
     s = Settings()
     assert s.api_key_value() == SECRET
     logging.getLogger("trm").warning("settings %r %s %s", s, s, s.describe())
-    for text in (repr(s), str(s), s.model_dump_json(), str(s.model_dump()), str(s.describe()), caplog.text):
+    for text in (
+        repr(s),
+        str(s),
+        s.model_dump_json(),
+        str(s.model_dump()),
+        str(s.describe()),
+        caplog.text,
+    ):
         assert SECRET not in text
     # An invalid setting must not echo the key in the exception either.
     monkeypatch.setenv("TRM_LLM_TIMEOUT_S", "-1")
@@ -165,7 +190,9 @@ def test_openai_api_key_alias_and_dotenv(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TRM_LLM_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    (tmp_path / ".env").write_text(f"OPENAI_API_KEY={SECRET}\nTRM_LLM_BASE_URL=http://127.0.0.1:9/v1\n")
+    (tmp_path / ".env").write_text(
+        f"OPENAI_API_KEY={SECRET}\nTRM_LLM_BASE_URL=http://127.0.0.1:9/v1\n"
+    )
     s = Settings()
     assert s.api_key_value() == SECRET
     assert s.base_url == "http://127.0.0.1:9/v1"

@@ -18,8 +18,14 @@ def test_valid_tree_loads(write_json, tree) -> None:
 @pytest.mark.parametrize(
     ("mutate", "fragment"),
     [
-        (lambda t: t["nodes"]["s0"].update(children=["nope"]), "node 's0': child 'nope' does not exist"),
-        (lambda t: t["nodes"]["s0c0"].update(end=45.0), "node 's0c0': time range 0.0..45.0 is outside"),
+        (
+            lambda t: t["nodes"]["s0"].update(children=["nope"]),
+            "node 's0': child 'nope' does not exist",
+        ),
+        (
+            lambda t: t["nodes"]["s0c0"].update(end=45.0),
+            "node 's0c0': time range 0.0..45.0 is outside",
+        ),
         (lambda t: t["nodes"]["s1"].update(parent=None), "exactly one root"),
         (lambda t: t["nodes"]["s0c0f0"].update(end=5.0), "a frame node needs start == end"),
         (lambda t: t.update(root_id="zz"), "root_id: 'zz' is not a key"),
@@ -43,7 +49,7 @@ def test_cycle_is_detected(write_json, tree) -> None:
     tree["nodes"]["s0c0"]["children"] = ["s0c0f0", "s0"]
     tree["nodes"]["s0"]["parent"] = "s0c0"
     tree["nodes"]["v"]["children"] = ["s1"]
-    with pytest.raises(TreeFormatError, match="not reachable from the root|cycle"):
+    with pytest.raises(TreeFormatError, match=r"not reachable from the root|cycle"):
         load_tree(write_json("trees/cyc.json", tree))
 
 

@@ -1,0 +1,82 @@
+"""``pools.json``: built once from the config's seed, then frozen and reused (SPEC 5.1, seed §8)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from trm_assets.domain.errors import DataFormatError
+from trm_assets.domain.pools import (
+    POOL_NAMES,
+    Pools,
+    check_pools_cover,
+    pools_from_dict,
+    pools_to_dict,
+    split_pools,
+)
+from trm_assets.domain.question import Question
+from trm_assets.harness.atomic import atomic_write_json
+from trm_assets.harness.config import RunConfig
+from trm_assets.harness.seeds import rng_for
+
+
+def build_pools(cfg: RunConfig, questions: tuple[Question, ...]) -> Pools:
+    try:
+        return split_pools(
+            questions,
+            test_size=cfg.test_size,
+            val_size=cfg.val_size,
+            eval_min_per_class=cfg.eval_min_per_class,
+            rng=rng_for(cfg.seed, "pools"),
+        )
+    except ValueError as e:
+        raise DataFormatError(
+            cfg.questions, None, None, f"questions that fit the pools ({e})"
+        ) from e
+
+
+def build_or_load_pools(
+    cfg: RunConfig, questions: tuple[Question, ...], path: Path | None
+) -> Pools:
+    """Reuse ``path`` when it exists (refusing an old/invalid format or unknown ids), else split
+    and write it atomically."""
+    if path is not None and path.exists():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise DataFormatError(
+                str(path), f"line {e.lineno}", None, f"valid JSON ({e.msg})"
+            ) from e
+        if not isinstance(data, dict):
+            raise DataFormatError(str(path), None, None, "a JSON object")
+        pools = pools_from_dict(data, str(path))
+        check_pools_cover(pools, questions)
+        return pools
+    pools = build_pools(cfg, questions)
+    if path is not None:
+        atomic_write_json(path, pools_to_dict(pools))
+    return pools
+
+
+def pools_summary(pools: Pools, questions: tuple[Question, ...]) -> dict[str, Any]:
+    """Counts per pool and per task type (for the CLI, Dagster metadata and reports)."""
+    task = {q.question_id: q.task_type for q in questions}
+    per_pool = {name: Counter(task[q] for q in pools.pool(name)) for name in POOL_NAMES}
+    types = sorted({*task.values()})
+    return {
+        "fingerprint": pools.fingerprint,
+        "sizes": {name: len(pools.pool(name)) for name in POOL_NAMES},
+        "by_task_type": {t: {name: per_pool[name][t] for name in POOL_NAMES} for t in types},
+    }
+
+
+def format_pools_summary(summary: dict[str, Any]) -> str:
+    lines = [f"{'task type':<24} {'test':>6} {'val':>6} {'diag':>6}"]
+    for t, c in summary["by_task_type"].items():
+        lines.append(f"{t:<24} {c['test']:>6} {c['validation']:>6} {c['diagnosis']:>6}")
+    s = summary["sizes"]
+    lines.append(f"{'total':<24} {s['test']:>6} {s['validation']:>6} {s['diagnosis']:>6}")
+    lines.append(f"pools fingerprint {summary['fingerprint']}")
+    return "\n".join(lines)
