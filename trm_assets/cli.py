@@ -6,59 +6,23 @@ command) so ``trm --help`` stays fast and importing the CLI does not import dags
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
-from collections.abc import Callable
-from typing import Any
 
 import click
 
-from trm_assets.domain.errors import TrmError
+from trm_assets.cli_support import LazyGroup, fail_on_trm_error
 
 
-class LazyGroup(click.Group):
-    """A click group whose subcommands are imported only when invoked or listed."""
-
-    def __init__(
-        self, *args: Any, lazy: dict[str, tuple[str, str]] | None = None, **kw: Any
-    ) -> None:
-        super().__init__(*args, **kw)
-        self._lazy = lazy or {}
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self._lazy})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self._lazy:
-            module, help_text = self._lazy[cmd_name]
-            mod_name, _, attr = module.partition(":")
-            cmd = getattr(importlib.import_module(mod_name), attr)
-            if not isinstance(cmd, click.Command):
-                raise click.ClickException(f"{module} is not a click command")
-            cmd.name = cmd_name
-            if not cmd.short_help and not cmd.help:
-                cmd.short_help = help_text
-            return cmd
-        return super().get_command(ctx, cmd_name)
-
-
-def _fail_on_trm_error(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Show a TrmError as its message (no traceback), exit code 2."""
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except TrmError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(2)
-
-    return wrapper
-
-
-@click.group(cls=LazyGroup, lazy={})
+@click.group(
+    cls=LazyGroup,
+    lazy={
+        "init": (
+            "trm_assets.harness.init_cli:init_cmd",
+            "Create a workspace (v1 = the prompt set).",
+        ),
+    },
+)
 @click.version_option(package_name="trm-assets")
 def main() -> None:
     """trm-assets: a statistically gated, self-evolving Video-MME agent training loop."""
@@ -130,7 +94,7 @@ def config() -> None:
 @click.option("--config", "config_path", type=click.Path(), default=None, help="YAML config file.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a setting.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
-@_fail_on_trm_error
+@fail_on_trm_error
 def config_show(config_path: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
     """Print the resolved config (CLI > env/.env > YAML > defaults), without secrets."""
     from trm_assets.harness.config import config_to_yaml, load_config
@@ -164,7 +128,7 @@ def config_show(config_path: str | None, overrides: tuple[str, ...], as_json: bo
     show_default=True,
     help="Experiment directory (pools.json, versions, run log).",
 )
-@_fail_on_trm_error
+@fail_on_trm_error
 def run(config_path: str, overrides: tuple[str, ...], workspace: str) -> None:
     """The main job: load the data, resolve the config, build the frozen pools and report them."""
     from pathlib import Path

@@ -46,7 +46,9 @@ class Edit(BaseModel):
     @model_validator(mode="after")
     def _check_shape(self) -> Edit:
         if self.op in ("replace", "delete") and not self.anchor:
-            raise ValueError(f"op={self.op!r} needs a non-empty 'anchor' (the exact text to change)")
+            raise ValueError(
+                f"op={self.op!r} needs a non-empty 'anchor' (the exact text to change)"
+            )
         if self.op in ("add", "replace") and not self.text.strip():
             raise ValueError(f"op={self.op!r} needs a non-empty 'text'")
         return self

@@ -1,0 +1,310 @@
+"""The evolve calls (SPEC 5.3 step 4, 5.6 step 7): one skill file, the system prompt, one tool.
+
+Each call: render the template (``prompts/evolve_*.md``) with the case pack, the current text, the
+edit budget and the rejected buffer → the evolve model → the edit JSON, validated with pydantic
+(:class:`~trm_assets.domain.edit_schema.EditProposal`) → one repair retry on malformed output →
+otherwise "no edit" (never a crash; an ``InfraError`` propagates as infra) → the kernel's
+:func:`~trm_assets.domain.edits.apply_edits` → an :class:`EvolutionRecord`.
+
+The protected momentum block travels inside the current text; the template tells the model not to
+touch it and ``apply_edits`` refuses any edit that would (``conflict`` in the apply report).
+
+The rejected buffer shows the model only entries tagged ``verified_harmful`` (REJECT_HARM), each
+phrased as a "do not" line: the other rejections were not shown to hurt, and listing them would
+forbid edits that may simply have been unlucky (GATE §4.3).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from trm_assets.agent.messages import SYSTEM_PROMPT_FILE, TOOLS_DIR
+from trm_assets.domain.edit_schema import Edit, EditProposal
+from trm_assets.domain.edits import ApplyReport, RejectedEdit, apply_edits, resolve_skill_file
+from trm_assets.domain.gate import VERIFIED_HARMFUL
+from trm_assets.evolution.calls import call_structured
+from trm_assets.evolution.protocols import PromptStore, SkillStore
+from trm_assets.evolution.templates import render
+from trm_assets.evolution.types import (
+    CaseSample,
+    EvolutionRecord,
+    EvolutionStatus,
+    EvolutionTarget,
+    EvolvePrompts,
+    LLMCallRecord,
+    SkillCasePack,
+    SystemCasePack,
+    ToolCasePack,
+    text_hash,
+)
+from trm_assets.llm.protocol import LLMProvider
+
+EVOLVE_TEMPLATE_FILES = {
+    "evolve_skill": "evolve_skill.md",
+    "evolve_system": "evolve_system.md",
+    "evolve_tool": "evolve_tool.md",
+    "momentum": "momentum.md",
+}
+MAX_CASES_IN_PROMPT = 12
+_TOOL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+NONE_TEXT = "(none)"
+
+
+def load_evolve_prompts(store: PromptStore) -> EvolvePrompts:
+    """The four evolve templates from a prompt store (a missing one raises, naming the file)."""
+    return EvolvePrompts(**{k: store.read(v) for k, v in EVOLVE_TEMPLATE_FILES.items()})
+
+
+# ------------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def do_not_line(r: RejectedEdit) -> str:
+    """A verified-harmful edit as an instruction the model can follow."""
+    where = f' in section "{r.section}"' if r.section else ""
+    if r.op == "add":
+        return f'- Do not add "{_one_line(r.text)}"{where}.'
+    if r.op == "replace":
+        return f'- Do not replace "{_one_line(r.anchor or "")}" with "{_one_line(r.text)}"{where}.'
+    return f'- Do not delete "{_one_line(r.anchor or "")}"{where}.'
+
+
+def render_rejected(rejected: Iterable[RejectedEdit], target_file: str) -> str:
+    """The ``$rejected_edits`` block: verified-harmful entries of ``target_file`` only."""
+    lines: list[str] = []
+    for r in rejected:
+        if r.tag != VERIFIED_HARMFUL or r.skill_file != target_file:
+            continue
+        line = do_not_line(r)
+        if line not in lines:
+            lines.append(line)
+    return "\n".join(lines) if lines else NONE_TEXT
+
+
+def render_case(case: CaseSample, *, with_diagnosis: bool = True, with_trace: bool = True) -> str:
+    """One ``<case>`` block. Line labels avoid the template's own ``Key:`` lines (Task type, Skill
+    file), which a reader of the whole prompt looks up by their first occurrence."""
+    predicted = case.predicted or "no answer"
+    lines = [
+        f'<case question_id="{case.question_id}">',
+        f"Task: {case.task_type} (skill file {case.skill_file})",
+        f"Question: {_one_line(case.question, 500)}",
+        "Options:",
+        *(_one_line(o, 200) for o in case.options),
+        f"Correct answer: {case.answer}. The agent answered: {predicted} "
+        f"(stop reason: {case.stop_reason}).",
+    ]
+    if with_trace and case.trace_summary:
+        lines += ["What the agent did:", case.trace_summary]
+    if with_diagnosis and case.analysis:
+        lines.append(f"Diagnosis: {_one_line(case.analysis, 600)}")
+    if with_diagnosis and case.missing_strategy:
+        lines.append(f"Missing strategy: {_one_line(case.missing_strategy, 300)}")
+    lines.append("</case>")
+    return "\n".join(lines)
+
+
+def render_cases(cases: Sequence[CaseSample], *, limit: int = MAX_CASES_IN_PROMPT) -> str:
+    """Cases in question-id order (diagnosed ones first), at most ``limit``."""
+    ordered = sorted(cases, key=lambda c: (c.status != "ok", c.question_id))[:limit]
+    return "\n\n".join(render_case(c) for c in ordered) if ordered else NONE_TEXT
+
+
+# ------------------------------------------------------------------------------------------------
+# The shared call
+
+
+async def _evolve(
+    *,
+    target: EvolutionTarget,
+    target_file: str,
+    current: str,
+    prompt: str,
+    role: str,
+    llm: LLMProvider,
+    budget: int,
+    sample: int,
+) -> EvolutionRecord:
+    if budget < 1:
+        raise ValueError(f"edit budget must be >= 1, got {budget}")
+    result = await call_structured(llm, prompt, EditProposal, role=role, sample=sample)
+    calls: tuple[LLMCallRecord, ...] = result.calls
+    h = text_hash(current)
+
+    def record(
+        status: EvolutionStatus,
+        detail: str,
+        edits: tuple[Edit, ...] = (),
+        report: ApplyReport | None = None,
+        text: str = current,
+    ) -> EvolutionRecord:
+        return EvolutionRecord(
+            target=target,
+            target_file=target_file,
+            status=status,
+            detail=detail,
+            edits=edits,
+            apply_report=report,
+            original_text=current,
+            candidate_text=text,
+            original_hash=h,
+            candidate_hash=text_hash(text),
+            budget=budget,
+            repaired=result.repaired,
+            calls=calls,
+        )
+
+    if result.value is None:
+        return record("no_edit", result.detail)
+    edits = tuple(result.value.edits)
+    if not edits:
+        return record("no_edit", "the model proposed no edit")
+    report = apply_edits(current, edits, budget=budget)
+    n = report.n_applied
+    if not report.changed:
+        statuses = ", ".join(f"{r.index}:{r.status}" for r in report.results)
+        return record("not_applied", f"no edit applied ({statuses})", edits, report)
+    return record("applied", f"{n} of {len(edits)} edit(s) applied", edits, report, report.text)
+
+
+# ------------------------------------------------------------------------------------------------
+# Public calls
+
+
+def check_skill_file_name(name: str) -> str:
+    """Refuse a hostile skill file name before anything is read or sent (pure name check; the
+    store resolves the real path)."""
+    resolve_skill_file(Path("skills"), name)
+    return name
+
+
+def tool_file(tool_name: str) -> str:
+    """``tools/<name>.md`` for a plain tool name; anything else (paths, ``..``) is refused."""
+    if not isinstance(tool_name, str) or not _TOOL_NAME_RE.match(tool_name):
+        raise ValueError(
+            f"tool name {tool_name!r}: expected lower-case letters, digits and '_' (a tool of the "
+            f"tool pack, e.g. get_ocr); refusing to build a file path from it"
+        )
+    return f"{TOOLS_DIR}/{tool_name}.md"
+
+
+async def evolve_single_skill(
+    pack: SkillCasePack,
+    skills: SkillStore,
+    *,
+    llm: LLMProvider,
+    template: str,
+    budget: int,
+    rejected: Sequence[RejectedEdit] = (),
+    sample: int = 0,
+) -> EvolutionRecord:
+    """Propose and apply edits to one skill file (``pack.skill_file``) from its failed cases.
+
+    ``template`` is ``prompts/evolve_skill.md``; ``budget`` comes from
+    :func:`~trm_assets.domain.edits.edit_budget_at`; ``rejected`` may hold every buffer entry
+    (only this file's verified-harmful ones are shown). ``sample`` is the model's sample index
+    (the repair retry uses ``sample + 1``).
+    """
+    name = check_skill_file_name(pack.skill_file)
+    current = skills.read(name)
+    prompt = render(
+        template,
+        source="evolve_skill.md",
+        task_type=pack.task_type,
+        skill_file=name,
+        skill_text=current.strip(),
+        cases=render_cases(pack.cases),
+        rejected_edits=render_rejected(rejected, name),
+        max_edits=str(budget),
+    )
+    return await _evolve(
+        target="skill",
+        target_file=name,
+        current=current,
+        prompt=prompt,
+        role="evolve_skill",
+        llm=llm,
+        budget=budget,
+        sample=sample,
+    )
+
+
+async def evolve_system_prompt(
+    pack: SystemCasePack,
+    prompts: PromptStore,
+    *,
+    llm: LLMProvider,
+    template: str,
+    budget: int,
+    rejected: Sequence[RejectedEdit] = (),
+    sample: int = 0,
+) -> EvolutionRecord:
+    """Propose and apply edits to the agent system prompt (``agent_system.md``) from the cases
+    accumulated for it over the epoch (slow update, ``budget`` = the end-of-run budget)."""
+    current = prompts.read(SYSTEM_PROMPT_FILE)
+    prompt = render(
+        template,
+        source="evolve_system.md",
+        system_prompt=current.strip(),
+        cases=render_cases(pack.cases),
+        rejected_edits=render_rejected(rejected, SYSTEM_PROMPT_FILE),
+        max_edits=str(budget),
+    )
+    return await _evolve(
+        target="system",
+        target_file=SYSTEM_PROMPT_FILE,
+        current=current,
+        prompt=prompt,
+        role="evolve_system",
+        llm=llm,
+        budget=budget,
+        sample=sample,
+    )
+
+
+async def evolve_single_tool(
+    pack: ToolCasePack,
+    prompts: PromptStore,
+    *,
+    llm: LLMProvider,
+    template: str,
+    budget: int,
+    rejected: Sequence[RejectedEdit] = (),
+    sample: int = 0,
+) -> EvolutionRecord:
+    """Propose and apply edits to one tool description (``tools/<tool_name>.md``)."""
+    path = tool_file(pack.tool_name)
+    files = prompts.list_files()
+    if path not in files:
+        known = [f for f in files if f.startswith(f"{TOOLS_DIR}/")]
+        raise ValueError(
+            f"tool {pack.tool_name!r} has no description {path} in prompts version "
+            f"{prompts.version}; known: {known}"
+        )
+    current = prompts.read(path)
+    prompt = render(
+        template,
+        source="evolve_tool.md",
+        tool_name=pack.tool_name,
+        tool_description=current.strip(),
+        cases=render_cases(pack.cases),
+        rejected_edits=render_rejected(rejected, path),
+        max_edits=str(budget),
+    )
+    return await _evolve(
+        target="tool",
+        target_file=path,
+        current=current,
+        prompt=prompt,
+        role="evolve_tool",
+        llm=llm,
+        budget=budget,
+        sample=sample,
+    )

@@ -1,0 +1,623 @@
+"""Immutable numbered versions of a text directory, and named seeds (seed §5, SPEC §6).
+
+A *version root* is a directory holding ``v1/``, ``v2/``, … — one per version of the skills
+directory, or of the prompts directory. A version never changes once written: a new version is
+built in a temp directory beside the root and renamed into place in one step, so a crash leaves
+either no version or a complete one (never a partial one). Each version carries its meta in
+``_meta.json`` *inside* the version directory (parent, reason, edits with their apply report,
+per-file content hashes, time), so the meta is part of the same atomic rename.
+
+Versions sort numerically (``v10`` after ``v2``); ``next_version`` is the latest + 1.
+
+A *seed* is a named (skills, prompts) pair promoted from an evaluation run whose recorded versions
+match, together with that run's records, extracted from the run database with the original table
+definitions (primary keys kept). Seeds live in a seeds directory shared across workspaces.
+
+Layout (``docs/decision-store-layout.md``)::
+
+    <version root>/v1/_meta.json, v1/<files…>, v2/…
+    <seeds dir>/<name>/seed.json, skills/<files…>, prompts/<files…>, run.duckdb
+
+This module is the stable, cross-experiment infrastructure; :mod:`trm_assets.harness.workspace`
+builds on it (never the other way round).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import duckdb
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trm_assets.domain.errors import TrmError, describe_validation_error
+from trm_assets.evolution.types import text_hash
+from trm_assets.harness.atomic import atomic_write_json
+
+META_FILE = "_meta.json"
+SEED_FILE = "seed.json"
+SEED_RUN_DB = "run.duckdb"
+_VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_TMP_PREFIX = ".tmp-"
+
+
+class StoreError(TrmError):
+    """A version or seed that is missing, malformed or would be overwritten."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Version names
+
+
+def parse_version(name: str) -> int:
+    """``"v12"`` → 12. Only ``v`` followed by a positive integer without leading zeros is valid."""
+    m = _VERSION_RE.match(name) if isinstance(name, str) else None
+    if m is None:
+        raise StoreError(
+            f"version {name!r}: expected 'v' followed by a positive number (v1, v2, … v10)"
+        )
+    return int(m.group(1))
+
+
+def format_version(number: int) -> str:
+    if number < 1:
+        raise StoreError(f"version number {number}: expected >= 1")
+    return f"v{number}"
+
+
+def list_versions(root: str | Path) -> list[str]:
+    """The versions under ``root`` in numeric order (``v2`` before ``v10``).
+
+    Anything that is not a ``v<number>`` directory (temp dirs of an interrupted write, stray
+    files) is ignored.
+    """
+    r = Path(root)
+    if not r.is_dir():
+        return []
+    found = [p.name for p in r.iterdir() if p.is_dir() and _VERSION_RE.match(p.name)]
+    return sorted(found, key=parse_version)
+
+
+def latest_version(root: str | Path) -> str | None:
+    versions = list_versions(root)
+    return versions[-1] if versions else None
+
+
+def next_version(root: str | Path) -> str:
+    """The latest version + 1 (``v1`` for an empty root). Gaps are never filled."""
+    latest = latest_version(root)
+    return format_version(1 if latest is None else parse_version(latest) + 1)
+
+
+def version_dir(root: str | Path, version: str) -> Path:
+    """The directory of an existing version; a missing one is an error naming the known ones."""
+    parse_version(version)
+    d = Path(root) / version
+    if not d.is_dir():
+        known = list_versions(root)
+        shown = ", ".join(known[-10:]) if known else "none"
+        raise StoreError(
+            f"{d}: version {version} does not exist (known versions under {root}: {shown})"
+        )
+    return d
+
+
+# ------------------------------------------------------------------------------------------------
+# Content
+
+
+def content_hashes(files: Mapping[str, str]) -> dict[str, str]:
+    """Per-file content hashes, keyed by relative path, sorted."""
+    return {name: text_hash(files[name]) for name in sorted(files)}
+
+
+def tree_hash(files: Mapping[str, str]) -> str:
+    """One hash over a whole directory's content (names and texts)."""
+    h = hashlib.sha256()
+    for name, digest in content_hashes(files).items():
+        h.update(f"{name}\0{digest}\n".encode())
+    return h.hexdigest()
+
+
+def check_relative_name(name: str, *, where: str = "file name") -> str:
+    """A safe relative POSIX path inside a version: no absolute path, no ``..``, no backslash."""
+    p = PurePosixPath(name)
+    if (
+        not name
+        or "\\" in name
+        or "\0" in name
+        or p.is_absolute()
+        or any(part in ("", ".", "..") for part in name.split("/"))
+        or name == META_FILE
+        or p.parts[0].startswith(".")
+    ):
+        raise StoreError(
+            f"{where} {name!r}: expected a relative path inside the directory "
+            f"(no leading '/', no '..', no hidden names, not {META_FILE!r})"
+        )
+    return p.as_posix()
+
+
+def read_text_exact(path: Path) -> str:
+    """A UTF-8 file's text without newline translation, so the hash of what is read equals the
+    hash of what was written (``Path.read_text`` would turn ``\\r\\n`` into ``\\n``)."""
+    return path.read_bytes().decode("utf-8")
+
+
+def read_tree(directory: str | Path) -> dict[str, str]:
+    """Every regular text file under ``directory`` as ``{relative posix path: text}``, sorted.
+
+    Skips the version meta, hidden entries and temp files; refuses symbolic links (a version must
+    hold its own content, never point outside itself).
+    """
+    base = Path(directory)
+    if not base.is_dir():
+        raise StoreError(f"{base}: expected a directory of text files")
+    out: dict[str, str] = {}
+    for path in sorted(base.rglob("*")):
+        rel = path.relative_to(base)
+        if any(part.startswith(".") for part in rel.parts) or rel.as_posix() == META_FILE:
+            continue
+        if path.is_symlink():
+            raise StoreError(f"{path}: symbolic links are not allowed in a versioned directory")
+        if path.is_file():
+            try:
+                out[rel.as_posix()] = read_text_exact(path)
+            except UnicodeDecodeError:
+                raise StoreError(f"{path}: expected a UTF-8 text file") from None
+    return out
+
+
+def read_version_files(root: str | Path, version: str) -> dict[str, str]:
+    """The files of one version, ``{relative path: text}``, without its meta."""
+    return read_tree(version_dir(root, version))
+
+
+# ------------------------------------------------------------------------------------------------
+# Meta
+
+
+class VersionMeta(BaseModel):
+    """``_meta.json`` of one version. ``created_at`` is informational only (never compared)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: str
+    parent: str | None
+    reason: str
+    edits: list[dict[str, Any]] = Field(default_factory=list)
+    files: dict[str, str]  # relative path -> sha256 of the text
+    content_hash: str
+    extra: dict[str, Any] = Field(default_factory=dict)
+    created_at: str
+
+
+def read_meta(root: str | Path, version: str) -> VersionMeta:
+    path = version_dir(root, version) / META_FILE
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StoreError(f"{path}: missing (every version carries its meta)") from None
+    except json.JSONDecodeError as e:
+        raise StoreError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
+    try:
+        return VersionMeta.model_validate(raw)
+    except ValidationError as e:
+        lines = "; ".join(describe_validation_error(e))
+        raise StoreError(f"{path}: not a version meta ({lines})") from None
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _write_files(directory: Path, files: Mapping[str, str]) -> None:
+    for name in sorted(files):
+        target = directory / check_relative_name(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "w", encoding="utf-8", newline="") as fh:
+            fh.write(files[name])
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _clean_stale_tmp(root: Path) -> None:
+    # One writer per workspace (SPEC §8): temp dirs left here are from a killed write.
+    for p in root.glob(f"{_TMP_PREFIX}*"):
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def write_version(
+    root: str | Path,
+    files: Mapping[str, str],
+    *,
+    parent: str | None,
+    reason: str,
+    edits: Sequence[Mapping[str, Any]] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> VersionMeta:
+    """Write ``files`` (the complete content) as the next version under ``root``; return its meta.
+
+    Atomic: the version is built in ``root/.tmp-*`` and renamed to ``root/vN`` in one step; any
+    failure removes the temp dir and leaves no ``vN``. ``parent`` must exist (or be None for the
+    first version of a root).
+    """
+    r = Path(root)
+    r.mkdir(parents=True, exist_ok=True)
+    if parent is not None:
+        version_dir(r, parent)
+    for name in files:
+        check_relative_name(name)
+    _clean_stale_tmp(r)
+    version = next_version(r)
+    meta = VersionMeta(
+        version=version,
+        parent=parent,
+        reason=reason,
+        edits=[dict(e) for e in edits],
+        files=content_hashes(files),
+        content_hash=tree_hash(files),
+        extra=dict(extra or {}),
+        created_at=_now(),
+    )
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{version}-", dir=r))
+    try:
+        _write_files(tmp, files)
+        atomic_write_json(tmp / META_FILE, meta.model_dump(mode="json"))
+        try:
+            os.rename(tmp, r / version)
+        except OSError as e:
+            raise StoreError(
+                f"{r / version}: cannot create version {version} ({e.strerror}); another "
+                "writer may have created it — only one process may write a workspace at a time"
+            ) from None
+        _fsync_dir(r)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return meta
+
+
+def advance_version(
+    root: str | Path,
+    parent: str,
+    changes: Mapping[str, str],
+    *,
+    reason: str,
+    edits: Sequence[Mapping[str, Any]] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> VersionMeta:
+    """New version = ``parent``'s files with ``changes`` (relative path → new text) applied."""
+    files = read_version_files(root, parent)
+    for name, text in changes.items():
+        files[check_relative_name(name)] = text
+    return write_version(root, files, parent=parent, reason=reason, edits=edits, extra=extra)
+
+
+# ------------------------------------------------------------------------------------------------
+# Seeds
+
+
+class SeedMeta(BaseModel):
+    """``seed.json``: where a seed came from. ``created_at`` is informational only."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    skills_version: str | None
+    prompts_version: str | None
+    eval_run_id: str | None
+    questions_ref: str | None
+    skills_hash: str
+    prompts_hash: str
+    source: str  # the workspace (or directory) the seed was taken from
+    tables: list[str] = Field(default_factory=list)  # tables extracted into run.duckdb
+    created_at: str
+
+
+@dataclass(frozen=True)
+class Seed:
+    """A seed on disk. ``skills``/``prompts`` are ``{relative path: text}``."""
+
+    directory: Path
+    meta: SeedMeta
+    skills: dict[str, str]
+    prompts: dict[str, str]
+
+    @property
+    def run_db(self) -> Path | None:
+        p = self.directory / SEED_RUN_DB
+        return p if p.is_file() else None
+
+
+def check_name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise StoreError(
+            f"{what} {name!r}: expected letters, digits, '.', '_' or '-' (at most 128, "
+            "starting with a letter or digit)"
+        )
+    return name
+
+
+def _seed_target(seeds_dir: Path, name: str) -> Path:
+    check_name(name, "seed name")
+    target = seeds_dir / name
+    if target.exists():
+        raise StoreError(
+            f"{target}: seed {name!r} already exists; seeds are immutable, choose another name"
+        )
+    return target
+
+
+def _finish_seed(tmp: Path, target: Path) -> None:
+    try:
+        os.rename(tmp, target)
+    except OSError as e:
+        raise StoreError(f"{target}: cannot create the seed ({e.strerror})") from None
+    _fsync_dir(target.parent)
+
+
+def init_seed(
+    seeds_dir: str | Path,
+    name: str,
+    skills: Mapping[str, str],
+    prompts: Mapping[str, str],
+    *,
+    questions_ref: str | None = None,
+    source: str = "",
+) -> Seed:
+    """Create a seed from file contents (e.g. the repository's ``prompts/``), without a run."""
+    sd = Path(seeds_dir)
+    sd.mkdir(parents=True, exist_ok=True)
+    target = _seed_target(sd, name)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name}-", dir=sd))
+    try:
+        _write_seed_content(tmp, name, skills, prompts, questions_ref, source, None, None, None, [])
+        _finish_seed(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return read_seed(sd, name)
+
+
+def _write_seed_content(
+    tmp: Path,
+    name: str,
+    skills: Mapping[str, str],
+    prompts: Mapping[str, str],
+    questions_ref: str | None,
+    source: str,
+    skills_version: str | None,
+    prompts_version: str | None,
+    eval_run_id: str | None,
+    tables: list[str],
+) -> None:
+    if not skills:
+        raise StoreError(f"seed {name!r}: expected at least one skill file")
+    _write_files(tmp / "skills", skills)
+    _write_files(tmp / "prompts", prompts)
+    meta = SeedMeta(
+        name=name,
+        skills_version=skills_version,
+        prompts_version=prompts_version,
+        eval_run_id=eval_run_id,
+        questions_ref=questions_ref,
+        skills_hash=tree_hash(skills),
+        prompts_hash=tree_hash(prompts),
+        source=source,
+        tables=tables,
+        created_at=_now(),
+    )
+    atomic_write_json(tmp / SEED_FILE, meta.model_dump(mode="json"))
+
+
+def list_seeds(seeds_dir: str | Path) -> list[str]:
+    sd = Path(seeds_dir)
+    if not sd.is_dir():
+        return []
+    return sorted(p.name for p in sd.iterdir() if (p / SEED_FILE).is_file())
+
+
+def read_seed(seeds_dir: str | Path, name: str) -> Seed:
+    """Load a seed; a missing or malformed one is an error naming the file and the known seeds."""
+    check_name(name, "seed name")
+    d = Path(seeds_dir) / name
+    meta_path = d / SEED_FILE
+    if not meta_path.is_file():
+        known = ", ".join(list_seeds(seeds_dir)) or "none"
+        raise StoreError(
+            f"{meta_path}: seed {name!r} not found (seeds in {seeds_dir}: {known}); create one "
+            "with `trm promote`"
+        )
+    try:
+        meta = SeedMeta.model_validate(json.loads(meta_path.read_text(encoding="utf-8")))
+    except json.JSONDecodeError as e:
+        raise StoreError(f"{meta_path}: invalid JSON at line {e.lineno} ({e.msg})") from None
+    except ValidationError as e:
+        raise StoreError(
+            f"{meta_path}: not a seed description ({'; '.join(describe_validation_error(e))})"
+        ) from None
+    skills = read_tree(d / "skills")
+    prompts = read_tree(d / "prompts") if (d / "prompts").is_dir() else {}
+    if tree_hash(skills) != meta.skills_hash or tree_hash(prompts) != meta.prompts_hash:
+        raise StoreError(
+            f"{d}: the seed's files do not match the hashes in {SEED_FILE} (edited by hand?); "
+            "seeds are immutable — promote a new one instead"
+        )
+    return Seed(d, meta, skills, prompts)
+
+
+@dataclass(frozen=True)
+class EvalRunRecord:
+    """The versions an evaluation run recorded in the run database's ``runs`` table."""
+
+    run_id: str
+    skills_version: str | None
+    prompts_version: str | None
+    questions_ref: str | None
+
+
+def read_eval_run(run_db: str | Path, run_id: str) -> EvalRunRecord:
+    """The ``runs`` row of ``run_id``, read through the run log's read-only reader."""
+    from trm_assets.harness.runlog import RunLogReader
+
+    with RunLogReader.open(run_db) as reader:
+        try:
+            row = reader.run(run_id)
+        except duckdb.Error as e:
+            raise StoreError(f"{run_db}: cannot read table runs ({e})") from None
+    if row is None:
+        raise StoreError(f"{run_db}: run {run_id!r} not found in table runs (check `trm report`)")
+    missing = sorted({"skills_version", "prompts_version"} - set(row))
+    if missing:
+        raise StoreError(
+            f"{run_db}: table runs lacks column(s) {missing}; expected the run-log schema of "
+            "trm_assets.harness.runlog"
+        )
+
+    def text(key: str) -> str | None:
+        value = row.get(key)
+        return None if value is None else str(value)
+
+    return EvalRunRecord(
+        run_id, text("skills_version"), text("prompts_version"), text("questions_ref")
+    )
+
+
+def extract_run_db(run_db: str | Path, run_id: str, out_db: str | Path) -> list[str]:
+    """Copy the records of ``run_id`` into a new database ``out_db``; return the tables copied.
+
+    Each table is re-created from its original ``CREATE TABLE`` statement (``duckdb_tables().sql``)
+    so primary keys and constraints are kept. Tables with a ``run_id`` column get that run's rows;
+    tables without one (``schema_info``) are metadata and are copied whole. Reads go through the
+    run log's reader, so this works beside the process's own writer.
+    """
+    from trm_assets.harness.runlog import RunLogReader
+
+    out = Path(out_db)
+    if out.exists():
+        raise StoreError(f"{out}: already exists; extraction writes a new database")
+    copied: list[str] = []
+    with RunLogReader.open(run_db) as reader, duckdb.connect(str(out)) as dst:
+        tables = reader.query(
+            "SELECT table_name, sql FROM duckdb_tables() "
+            "WHERE database_name = current_database() AND schema_name = 'main' "
+            "ORDER BY table_name"
+        )
+        for t in tables:
+            name = str(t["table_name"])
+            cols = [
+                str(r["column_name"])
+                for r in reader.query(
+                    "SELECT column_name FROM duckdb_columns() WHERE database_name = "
+                    "current_database() AND schema_name = 'main' AND table_name = ? "
+                    "ORDER BY column_index",
+                    [name],
+                )
+            ]
+            dst.execute(str(t["sql"]))
+            quoted = _ident(name)
+            if "run_id" in cols:
+                rows = reader.query(f"SELECT * FROM {quoted} WHERE run_id = ?", [run_id])
+            else:
+                rows = reader.query(f"SELECT * FROM {quoted}")
+            if rows:
+                frame = pd.DataFrame(rows, columns=cols)
+                dst.register("_rows", frame)
+                try:
+                    dst.execute(f"INSERT INTO {quoted} BY NAME SELECT * FROM _rows")
+                finally:
+                    dst.unregister("_rows")
+            copied.append(name)
+        dst.execute("CHECKPOINT")
+    return copied
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def promote_to_seed(
+    *,
+    seeds_dir: str | Path,
+    name: str,
+    version: str,
+    eval_run_id: str,
+    run_db: str | Path,
+    skills_root: str | Path,
+    prompts_root: str | Path,
+    prompts_version: str | None = None,
+    source: str = "",
+) -> Seed:
+    """Promote skills ``version`` as seed ``name``, proven by evaluation run ``eval_run_id``.
+
+    Strict (seed §5): the run's recorded ``skills_version`` must equal ``version`` and its
+    ``prompts_version`` must be recorded (and equal ``prompts_version`` when given); a NULL on
+    either side is refused, never defaulted. The run's rows are extracted into the seed's
+    ``run.duckdb`` with the original table definitions. Temp files are always removed.
+    """
+    parse_version(version)
+    record = read_eval_run(run_db, eval_run_id)
+    if record.skills_version is None or record.prompts_version is None:
+        raise StoreError(
+            f"{run_db}: run {eval_run_id!r} recorded skills_version={record.skills_version!r}, "
+            f"prompts_version={record.prompts_version!r}; a seed needs an evaluation run whose "
+            "versions were recorded (run `trm eval --version vN` and promote that run)"
+        )
+    if record.skills_version != version:
+        raise StoreError(
+            f"{run_db}: run {eval_run_id!r} evaluated skills {record.skills_version}, not "
+            f"{version}; promote with --version {record.skills_version} or evaluate {version} first"
+        )
+    if prompts_version is not None and record.prompts_version != prompts_version:
+        raise StoreError(
+            f"{run_db}: run {eval_run_id!r} evaluated prompts {record.prompts_version}, not "
+            f"{prompts_version}"
+        )
+    skills = read_version_files(skills_root, version)
+    prompts = read_version_files(prompts_root, record.prompts_version)
+    sd = Path(seeds_dir)
+    sd.mkdir(parents=True, exist_ok=True)
+    target = _seed_target(sd, name)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name}-", dir=sd))
+    try:
+        tables = extract_run_db(run_db, eval_run_id, tmp / SEED_RUN_DB)
+        _write_seed_content(
+            tmp,
+            name,
+            skills,
+            prompts,
+            record.questions_ref,
+            source,
+            version,
+            record.prompts_version,
+            eval_run_id,
+            tables,
+        )
+        _finish_seed(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return read_seed(sd, name)

@@ -1,0 +1,656 @@
+"""One experiment's directory: manifest, versioned skills/prompts, runs (seed §6, SPEC §6).
+
+Layout (``docs/decision-store-layout.md``)::
+
+    <workspace>/
+      manifest.json          current + best pointers, run history, questions ref, seed
+      config.yaml            the resolved config the workspace was created with (informational)
+      store/skills/vN/       immutable skill versions (trm_assets.harness.store)
+      store/prompts/vN/      immutable prompt versions (agent system prompt, tools/, evolve prompts)
+      runs/<run_id>/         one directory per recorded run
+      runs.duckdb            the run log
+      pools.json, ladder.json, state.json, baseline_cache/, tmp/   (owned by the training loop)
+
+The workspace has no mutable working copy of the skills: :func:`resolve_paths` points at the
+immutable directories of the *current* versions, and advancing a version moves the pointer.
+
+The manifest holds no wall-clock time, so two runs that made the same decisions write the same
+manifest (resume equivalence, SPEC 5.7); times live in version meta only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from trm_assets.domain.edits import resolve_skill_file
+from trm_assets.domain.errors import TrmError, describe_validation_error
+from trm_assets.harness.atomic import atomic_write_json, atomic_write_text
+from trm_assets.harness.store import (
+    Seed,
+    StoreError,
+    VersionMeta,
+    advance_version,
+    check_relative_name,
+    parse_version,
+    promote_to_seed,
+    read_seed,
+    read_text_exact,
+    read_tree,
+    read_version_files,
+    version_dir,
+    write_version,
+)
+
+MANIFEST_FILE = "manifest.json"
+SKILLS_SUBDIR = "skills"  # inside prompts/ of the repository: the seed skills
+StoreKind = Literal["skills", "prompts"]
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+class WorkspaceError(TrmError):
+    """A workspace that is missing, not initialised, or whose manifest is invalid."""
+
+
+def default_prompts_dir() -> Path:
+    """The repository's ``prompts/`` (the product's prompt set: v1 of every fresh workspace)."""
+    return Path(__file__).resolve().parents[2] / "prompts"
+
+
+# ------------------------------------------------------------------------------------------------
+# Manifest
+
+
+def _check_version(v: str) -> str:
+    try:
+        parse_version(v)
+    except StoreError as e:
+        raise ValueError(str(e)) from None
+    return v
+
+
+class VersionPair(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    skills: str
+    prompts: str
+
+    _v = field_validator("skills", "prompts")(_check_version)
+
+
+class BestPointer(BaseModel):
+    """The best (skills, prompts) pair so far; independent of ``current`` (seed §6)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    skills: str
+    prompts: str
+    val_accuracy: float | None = None
+    run_id: str | None = None
+
+    _v = field_validator("skills", "prompts")(_check_version)
+
+
+class RunRecord(BaseModel):
+    """One entry of the run history: the run id and the versions it ran with."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    skills_version: str | None
+    prompts_version: str | None
+    kind: str | None = None
+
+
+class SeedRef(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    skills_version: str | None
+    prompts_version: str | None
+    eval_run_id: str | None
+    questions_ref: str | None
+
+
+class Manifest(BaseModel):
+    """``manifest.json``. Every field is required on read: a missing key is corruption."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format_version: Literal[1]
+    current: VersionPair
+    best: BestPointer | None
+    history: list[RunRecord]
+    questions_ref: str
+    seed: SeedRef | None
+    config_fingerprint: str | None
+
+    def run(self, run_id: str) -> RunRecord | None:
+        for r in self.history:
+            if r.run_id == run_id:
+                return r
+        return None
+
+
+def manifest_path(workspace: str | Path) -> Path:
+    return Path(workspace) / MANIFEST_FILE
+
+
+def read_manifest(workspace: str | Path) -> Manifest:
+    path = manifest_path(workspace)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise WorkspaceError(
+            f"{path}: not found; {workspace} is not an initialised workspace "
+            "(create one with `trm init --workspace DIR --config FILE`)"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise WorkspaceError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as e:
+        body = "; ".join(describe_validation_error(e))
+        raise WorkspaceError(f"{path}: invalid manifest ({body})") from None
+
+
+def write_manifest(workspace: str | Path, manifest: Manifest) -> None:
+    atomic_write_json(manifest_path(workspace), manifest.model_dump(mode="json"))
+
+
+# ------------------------------------------------------------------------------------------------
+# Paths
+
+
+@dataclass(frozen=True)
+class ResolvedPaths:
+    """Every path of a workspace, with the skills/prompts directories of the current versions.
+
+    ``skills_dir``/``prompts_dir`` are immutable version directories: never write into them;
+    create a new version instead (:func:`advance_current`).
+    """
+
+    workspace: Path
+    skills_version: str
+    prompts_version: str
+    skills_dir: Path  # store/skills/<skills_version>
+    prompts_dir: Path  # store/prompts/<prompts_version>
+    skills_root: Path  # store/skills (all versions)
+    prompts_root: Path  # store/prompts
+    manifest: Path
+    runs_dir: Path  # runs/<run_id>/
+    run_db: Path  # runs.duckdb
+    pools: Path
+    ladder: Path
+    state: Path
+    baseline_cache: Path
+    tmp_dir: Path  # unique temp dirs for candidates are created under here
+    config: Path
+
+    def store_root(self, kind: StoreKind) -> Path:
+        return self.skills_root if kind == "skills" else self.prompts_root
+
+
+def store_roots(workspace: str | Path) -> tuple[Path, Path]:
+    ws = Path(workspace)
+    return ws / "store" / "skills", ws / "store" / "prompts"
+
+
+def resolve_paths(workspace: str | Path) -> ResolvedPaths:
+    """Resolve a workspace's paths from its manifest (the current versions must exist)."""
+    ws = Path(workspace)
+    m = read_manifest(ws)
+    skills_root, prompts_root = store_roots(ws)
+    try:
+        skills_dir = version_dir(skills_root, m.current.skills)
+        prompts_dir = version_dir(prompts_root, m.current.prompts)
+    except StoreError as e:
+        raise WorkspaceError(f"{manifest_path(ws)}: current pointer is broken: {e}") from None
+    return ResolvedPaths(
+        workspace=ws,
+        skills_version=m.current.skills,
+        prompts_version=m.current.prompts,
+        skills_dir=skills_dir,
+        prompts_dir=prompts_dir,
+        skills_root=skills_root,
+        prompts_root=prompts_root,
+        manifest=manifest_path(ws),
+        runs_dir=ws / "runs",
+        run_db=ws / "runs.duckdb",
+        pools=ws / "pools.json",
+        ladder=ws / "ladder.json",
+        state=ws / "state.json",
+        baseline_cache=ws / "baseline_cache",
+        tmp_dir=ws / "tmp",
+        config=ws / "config.yaml",
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Pointers and history
+
+
+def update_current(
+    workspace: str | Path, *, skills: str | None = None, prompts: str | None = None
+) -> Manifest:
+    """Move the current pointer(s); each named version must exist in the store."""
+    ws = Path(workspace)
+    m = read_manifest(ws)
+    skills_root, prompts_root = store_roots(ws)
+    new = VersionPair(
+        skills=_existing(skills_root, skills) if skills else m.current.skills,
+        prompts=_existing(prompts_root, prompts) if prompts else m.current.prompts,
+    )
+    m2 = m.model_copy(update={"current": new})
+    write_manifest(ws, m2)
+    return m2
+
+
+def update_best(
+    workspace: str | Path,
+    *,
+    skills: str,
+    prompts: str,
+    val_accuracy: float | None = None,
+    run_id: str | None = None,
+) -> Manifest:
+    """Set the best pointer (may name a stored version that is not current). Deciding *whether*
+    it is better (strictly greater accuracy, SPEC 5.6 step 5) is the caller's job."""
+    ws = Path(workspace)
+    m = read_manifest(ws)
+    skills_root, prompts_root = store_roots(ws)
+    best = BestPointer(
+        skills=_existing(skills_root, skills),
+        prompts=_existing(prompts_root, prompts),
+        val_accuracy=val_accuracy,
+        run_id=run_id,
+    )
+    m2 = m.model_copy(update={"best": best})
+    write_manifest(ws, m2)
+    return m2
+
+
+def read_best(workspace: str | Path) -> BestPointer | None:
+    return read_manifest(workspace).best
+
+
+def _existing(root: Path, version: str) -> str:
+    try:
+        version_dir(root, version)
+    except StoreError as e:
+        raise WorkspaceError(str(e)) from None
+    return version
+
+
+def check_run_id(run_id: str) -> str:
+    if not isinstance(run_id, str) or not _RUN_ID_RE.match(run_id):
+        raise WorkspaceError(
+            f"run id {run_id!r}: expected letters, digits, '.', '_' or '-' (it names a directory)"
+        )
+    return run_id
+
+
+def record_run(
+    workspace: str | Path,
+    run_id: str,
+    *,
+    skills_version: str | None = None,
+    prompts_version: str | None = None,
+    kind: str | None = None,
+    use_current: bool = True,
+) -> RunRecord:
+    """Append ``run_id`` to the history (with the current versions unless given) and create
+    ``runs/<run_id>/``. Idempotent: a run id already in the history is returned unchanged (the
+    first record wins) and its directory is created with ``exist_ok``."""
+    ws = Path(workspace)
+    check_run_id(run_id)
+    m = read_manifest(ws)
+    (ws / "runs" / run_id).mkdir(parents=True, exist_ok=True)
+    existing = m.run(run_id)
+    if existing is not None:
+        return existing
+    rec = RunRecord(
+        run_id=run_id,
+        skills_version=skills_version or (m.current.skills if use_current else None),
+        prompts_version=prompts_version or (m.current.prompts if use_current else None),
+        kind=kind,
+    )
+    write_manifest(ws, m.model_copy(update={"history": [*m.history, rec]}))
+    return rec
+
+
+# ------------------------------------------------------------------------------------------------
+# Versions
+
+
+def advance_current(
+    workspace: str | Path,
+    kind: StoreKind,
+    changes: Mapping[str, str],
+    *,
+    reason: str,
+    edits: Sequence[Mapping[str, Any]] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> VersionMeta:
+    """Write a new immutable version = current + ``changes`` and move the current pointer to it.
+
+    A crash between the two steps leaves an orphan version that is never current (harmless:
+    ``next_version`` skips it) — never a current pointer to a missing version.
+    """
+    ws = Path(workspace)
+    m = read_manifest(ws)
+    root = store_roots(ws)[0 if kind == "skills" else 1]
+    parent = m.current.skills if kind == "skills" else m.current.prompts
+    meta = advance_version(root, parent, changes, reason=reason, edits=edits, extra=extra)
+    update_current(ws, **{kind: meta.version})
+    return meta
+
+
+def revert_files(
+    workspace: str | Path,
+    kind: StoreKind,
+    from_version: str,
+    names: Sequence[str] | None = None,
+    *,
+    reason: str,
+    extra: Mapping[str, Any] | None = None,
+) -> VersionMeta:
+    """File-level revert (SPEC 5.6 step 4): a *new* current version whose ``names`` (default: every
+    file) have the content they had in ``from_version``. History is never rewound; files that
+    did not exist in ``from_version`` are an error (nothing to revert to)."""
+    root = store_roots(workspace)[0 if kind == "skills" else 1]
+    old = read_version_files(root, from_version)
+    wanted = sorted(old) if names is None else sorted(names)
+    missing = [n for n in wanted if n not in old]
+    if missing:
+        raise WorkspaceError(
+            f"{root / from_version}: cannot revert {missing}: not in {kind} version {from_version}"
+        )
+    merged_extra = {"reverted_from": from_version, **dict(extra or {})}
+    return advance_current(
+        workspace, kind, {n: old[n] for n in wanted}, reason=reason, extra=merged_extra
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# SkillStore / PromptStore (trm_assets.evolution.protocols) over resolved paths
+
+
+class VersionedSkillStore:
+    """Skill files of one immutable version directory (``*.md``)."""
+
+    def __init__(self, directory: Path, version: str) -> None:
+        self.directory = directory
+        self._version = version
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+    def list_files(self) -> list[str]:
+        return sorted(p.name for p in self.directory.glob("*.md") if p.is_file())
+
+    def read(self, name: str) -> str:
+        return _read(resolve_skill_file(self.directory, name), "skills", self)
+
+
+class VersionedPromptStore:
+    """Prompt files of one immutable version directory (relative paths, subdirectories allowed)."""
+
+    def __init__(self, directory: Path, version: str) -> None:
+        self.directory = directory
+        self._version = version
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+    def list_files(self) -> list[str]:
+        return sorted(read_tree(self.directory))
+
+    def read(self, name: str) -> str:
+        return _read(self.directory / check_relative_name(name), "prompts", self)
+
+
+def _read(path: Path, kind: str, store: VersionedSkillStore | VersionedPromptStore) -> str:
+    try:
+        return read_text_exact(path)
+    except FileNotFoundError:
+        raise WorkspaceError(
+            f"{path}: not in {kind} version {store.version} (files: "
+            f"{', '.join(store.list_files()) or 'none'})"
+        ) from None
+
+
+def skill_store(paths: ResolvedPaths) -> VersionedSkillStore:
+    return VersionedSkillStore(paths.skills_dir, paths.skills_version)
+
+
+def prompt_store(paths: ResolvedPaths) -> VersionedPromptStore:
+    return VersionedPromptStore(paths.prompts_dir, paths.prompts_version)
+
+
+# ------------------------------------------------------------------------------------------------
+# Creation
+
+
+def read_prompt_set(prompts_dir: str | Path) -> tuple[dict[str, str], dict[str, str]]:
+    """Split a prompts directory into (skills, prompts): ``skills/*.md`` vs everything else."""
+    d = Path(prompts_dir)
+    files = read_tree(d)
+    skills = {
+        name.split("/", 1)[1]: text
+        for name, text in files.items()
+        if name.startswith(f"{SKILLS_SUBDIR}/") and name.endswith(".md") and name.count("/") == 1
+    }
+    prompts = {n: t for n, t in files.items() if not n.startswith(f"{SKILLS_SUBDIR}/")}
+    if not skills:
+        raise WorkspaceError(
+            f"{d / SKILLS_SUBDIR}: expected the seed skill files (*.md, one per task type plus "
+            "default-strategy.md)"
+        )
+    for name in skills:
+        try:
+            resolve_skill_file(d / SKILLS_SUBDIR, name)  # refuse hostile names early
+        except ValueError as e:
+            raise WorkspaceError(f"{d / SKILLS_SUBDIR}: {e}") from None
+    return skills, prompts
+
+
+def _check_questions_ref(ref: str, what: str) -> str:
+    if not Path(ref).is_file():
+        raise WorkspaceError(
+            f"{what}: questions file {ref!r} not found (relative paths are resolved from "
+            f"{Path.cwd()}); fix the path or run from the directory the path is relative to"
+        )
+    return ref
+
+
+def _prepare_target(workspace: Path) -> Path | None:
+    """Archive an existing workspace (rename to ``<name>.archive-<k>``); refuse a directory that
+    holds anything but is not a workspace. Returns the archive path, if any."""
+    if not workspace.exists():
+        return None
+    if not workspace.is_dir():
+        raise WorkspaceError(f"{workspace}: exists and is not a directory")
+    if not any(workspace.iterdir()):
+        return None
+    if not manifest_path(workspace).is_file():
+        raise WorkspaceError(
+            f"{workspace}: not empty and not a workspace (no {MANIFEST_FILE}); refusing to move "
+            "it aside — choose an empty or new directory"
+        )
+    k = 1
+    while (archive := workspace.with_name(f"{workspace.name}.archive-{k}")).exists():
+        k += 1
+    os.rename(workspace, archive)
+    return archive
+
+
+@dataclass(frozen=True)
+class InitResult:
+    paths: ResolvedPaths
+    archived: Path | None  # where a previous workspace was moved, if any
+
+
+def _create(
+    workspace: Path,
+    skills: Mapping[str, str],
+    prompts: Mapping[str, str],
+    *,
+    questions_ref: str,
+    reason: str,
+    extra: Mapping[str, Any],
+    seed: SeedRef | None,
+    config_yaml: str | None,
+    config_fingerprint: str | None,
+) -> InitResult:
+    archived = _prepare_target(workspace)
+    workspace.mkdir(parents=True, exist_ok=True)
+    skills_root, prompts_root = store_roots(workspace)
+    s_meta = write_version(skills_root, skills, parent=None, reason=reason, extra=extra)
+    p_meta = write_version(prompts_root, prompts, parent=None, reason=reason, extra=extra)
+    if config_yaml is not None:
+        atomic_write_text(workspace / "config.yaml", config_yaml)
+    (workspace / "runs").mkdir(exist_ok=True)
+    manifest = Manifest(
+        format_version=1,
+        current=VersionPair(skills=s_meta.version, prompts=p_meta.version),
+        best=None,
+        history=[],
+        questions_ref=questions_ref,
+        seed=seed,
+        config_fingerprint=config_fingerprint,
+    )
+    write_manifest(workspace, manifest)  # last: a workspace without a manifest is not one
+    return InitResult(resolve_paths(workspace), archived)
+
+
+def init_workspace(
+    workspace: str | Path,
+    *,
+    questions_ref: str,
+    prompts_dir: str | Path | None = None,
+    config_yaml: str | None = None,
+    config_fingerprint: str | None = None,
+) -> InitResult:
+    """A fresh workspace whose ``v1`` (skills and prompts) is the repository's prompt set.
+
+    Every check (questions file, prompt set) runs before an existing workspace is archived.
+    """
+    ws = Path(workspace)
+    _check_questions_ref(questions_ref, "trm init")
+    src = Path(prompts_dir) if prompts_dir is not None else default_prompts_dir()
+    skills, prompts = read_prompt_set(src)
+    return _create(
+        ws,
+        skills,
+        prompts,
+        questions_ref=questions_ref,
+        reason="init: the repository's prompt set",
+        extra={"source": str(src)},
+        seed=None,
+        config_yaml=config_yaml,
+        config_fingerprint=config_fingerprint,
+    )
+
+
+def ensure_workspace(
+    workspace: str | Path,
+    *,
+    questions_ref: str,
+    prompts_dir: str | Path | None = None,
+    config_yaml: str | None = None,
+    config_fingerprint: str | None = None,
+) -> ResolvedPaths:
+    """The workspace's paths, creating it from the prompt set first if it has no manifest
+    (``make run`` on a fresh checkout). An existing workspace is used as is, never re-created."""
+    if manifest_path(workspace).is_file():
+        return resolve_paths(workspace)
+    return init_workspace(
+        workspace,
+        questions_ref=questions_ref,
+        prompts_dir=prompts_dir,
+        config_yaml=config_yaml,
+        config_fingerprint=config_fingerprint,
+    ).paths
+
+
+def init_workspace_from_seed(
+    workspace: str | Path,
+    seed_name: str,
+    *,
+    seeds_dir: str | Path,
+    questions_ref: str | None = None,
+    config_yaml: str | None = None,
+    config_fingerprint: str | None = None,
+) -> InitResult:
+    """A workspace whose ``v1`` is seed ``seed_name``'s (skills, prompts).
+
+    Fail fast (seed §6): the seed (and its hashes), the questions file the seed was evaluated on
+    (when recorded) and ``questions_ref`` (the config's, when given) are checked **before** an
+    existing workspace is archived, so a missing file never costs the old workspace. The
+    manifest's ``questions_ref`` is ``questions_ref``, else the seed's.
+    """
+    ws = Path(workspace)
+    seed: Seed = read_seed(seeds_dir, seed_name)
+    recorded = seed.meta.questions_ref
+    if recorded is not None:
+        _check_questions_ref(
+            recorded, f"seed {seed_name!r} ({seed.directory}), the questions it was evaluated on"
+        )
+    if questions_ref is not None:
+        _check_questions_ref(questions_ref, "the config's questions")
+    ref = questions_ref or recorded
+    if ref is None:
+        raise WorkspaceError(
+            f"seed {seed_name!r} records no questions file and none was given; pass the config "
+            "whose `questions` the workspace should use"
+        )
+    ref_model = SeedRef(
+        name=seed.meta.name,
+        skills_version=seed.meta.skills_version,
+        prompts_version=seed.meta.prompts_version,
+        eval_run_id=seed.meta.eval_run_id,
+        questions_ref=seed.meta.questions_ref,
+    )
+    return _create(
+        ws,
+        seed.skills,
+        seed.prompts,
+        questions_ref=ref,
+        reason=f"init: seed {seed_name}",
+        extra={"seed": seed_name},
+        seed=ref_model,
+        config_yaml=config_yaml,
+        config_fingerprint=config_fingerprint,
+    )
+
+
+def promote_version(
+    workspace: str | Path,
+    *,
+    version: str,
+    eval_run_id: str,
+    name: str,
+    seeds_dir: str | Path,
+) -> Seed:
+    """``trm promote``: make skills ``version`` of this workspace seed ``name`` (store rules)."""
+    paths = resolve_paths(workspace)
+    return promote_to_seed(
+        seeds_dir=seeds_dir,
+        name=name,
+        version=version,
+        eval_run_id=eval_run_id,
+        run_db=paths.run_db,
+        skills_root=paths.skills_root,
+        prompts_root=paths.prompts_root,
+        source=str(paths.workspace),
+    )

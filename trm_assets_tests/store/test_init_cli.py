@@ -1,0 +1,52 @@
+"""`trm init`: a workspace whose v1 holds the prompt set; --from-seed; errors without traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from trm_assets.harness import store
+from trm_assets.harness.init_cli import init_cmd
+from trm_assets.harness.workspace import default_prompts_dir, read_manifest, resolve_paths
+
+
+@pytest.fixture
+def cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    Path("q.json").write_text("[]")
+    Path("c.yaml").write_text("questions: q.json\n")
+    return tmp_path
+
+
+def test_init_creates_v1_from_the_prompt_set(cwd: Path) -> None:
+    res = CliRunner().invoke(init_cmd, ["--workspace", "ws", "--config", "c.yaml"])
+    assert res.exit_code == 0, res.output
+    assert "skills v1" in res.output
+    paths = resolve_paths("ws")
+    repo = store.read_tree(default_prompts_dir())
+    skills = {n.split("/", 1)[1]: t for n, t in repo.items() if n.startswith("skills/")}
+    prompts = {n: t for n, t in repo.items() if not n.startswith("skills/")}
+    assert store.read_tree(paths.skills_dir) == skills
+    assert store.read_tree(paths.prompts_dir) == prompts
+    assert "agent_system.md" in prompts and "evolve_skill.md" in prompts
+    assert (cwd / "ws" / "config.yaml").is_file()
+    assert read_manifest("ws").config_fingerprint
+
+
+def test_init_from_seed_and_errors(cwd: Path) -> None:
+    store.init_seed("seeds", "base", {"a.md": "x\n"}, {"p.md": "y\n"}, questions_ref="q.json")
+    runner = CliRunner()
+    res = runner.invoke(
+        init_cmd, ["--workspace", "ws", "--config", "c.yaml", "--from-seed", "base"]
+    )
+    assert res.exit_code == 0, res.output
+    assert read_manifest("ws").seed is not None
+    again = runner.invoke(init_cmd, ["--workspace", "ws", "--config", "c.yaml"])
+    assert again.exit_code == 0 and "archived the previous workspace" in again.output
+    missing = runner.invoke(
+        init_cmd, ["--workspace", "ws", "--config", "c.yaml", "--from-seed", "nope"]
+    )
+    assert missing.exit_code == 2 and "seed 'nope' not found" in missing.output
+    assert "Traceback" not in missing.output
