@@ -21,6 +21,11 @@ from trm_assets.cli_support import LazyGroup, fail_on_trm_error
             "trm_assets.harness.init_cli:init_cmd",
             "Create a workspace (v1 = the prompt set).",
         ),
+        "sim-serve": ("trm_assets.llm.sim.cli:serve", "Serve the SIMULATED LLM over HTTP."),
+        "sim-oracle": (
+            "trm_assets.llm.sim.cli:oracle",
+            "Oracle accuracies of the SIMULATED world.",
+        ),
     },
 )
 @click.version_option(package_name="trm-assets")
@@ -32,7 +37,10 @@ def main() -> None:
 # trm data
 
 
-@main.group(cls=LazyGroup, lazy={})
+@main.group(
+    cls=LazyGroup,
+    lazy={"synth": ("trm_assets.llm.sim.cli:synth", "Generate a SIMULATED Video-MME sample.")},
+)
 def data() -> None:
     """Inspect and generate data (question files and video trees)."""
 

@@ -1,0 +1,242 @@
+"""The simulated agent: explores the video tree with real tool calls, then answers.
+
+Per question the answer is fixed by one hash draw (docs/decision-simulator-randomness.md)::
+
+    u = H(sim seed, question id, normalized instruction text, sample index)
+    correct  ⇔  u < P = g + (1 − g)·σ(a − s·d + b·[cue expressed] − c·[harm present])
+
+* *instruction text* = every system message (agent prompt + skill blocks) plus the tool
+  descriptions of the request: what a real model reads as instructions. The same content
+  reproduces the draw; any change in it redraws.
+* *sample index* = the request's ``seed`` (``None`` → 0). The AgentLoop passes
+  ``rollout_seed(run_id, question_id, replicate)``, so replicates and runs differ reproducibly.
+* A wrong draw picks one of the three wrong letters from the same hash.
+
+The exploration plan (overview → keyword search → the evidence's segment/OCR/subtitles → answer)
+is driven by the conversation so far: one tool call per turn, the step being the number of earlier
+assistant turns with tool calls. It does not change the answer (the oracle stays exact). A plan
+uses at most five model calls (four tools + ``answer``); with ``max_agent_steps`` below that the
+agent runs out of steps and the observed accuracy falls below the oracle's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from trm_assets.domain.question import LETTERS
+from trm_assets.llm.sim.draws import below, digest, normalize_text, unit
+from trm_assets.llm.sim.oracle import probability_correct
+from trm_assets.llm.sim.roles import SimReply, content_text, question_id_of_agent_prompt
+from trm_assets.llm.sim.world import QuestionTruth, SimWorld
+from trm_assets.llm.sim_config import SimConfig
+
+_STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "is",
+        "are",
+        "was",
+        "were",
+        "does",
+        "do",
+        "did",
+        "what",
+        "which",
+        "who",
+        "why",
+        "how",
+        "when",
+        "where",
+        "while",
+        "with",
+        "for",
+        "from",
+        "by",
+        "and",
+        "or",
+        "most",
+        "likely",
+        "video",
+        "shown",
+        "right",
+        "after",
+        "this",
+        "that",
+        "it",
+    ]
+)
+_MALFORMED_AGENT_TEXTS = (
+    "hmm, the evidence is not clear to me yet, let me think again",
+    "i could not decide between the options",
+    '{"tool": "answer", "letter": ',
+)
+
+
+def tool_descriptions(tools: Sequence[dict[str, Any]] | None) -> list[str]:
+    """The description texts of OpenAI function-tool specs (sorted by tool name)."""
+    out: list[tuple[str, str]] = []
+    for t in tools or ():
+        fn = t.get("function", t) if isinstance(t, dict) else {}
+        if isinstance(fn, dict):
+            out.append((str(fn.get("name", "")), str(fn.get("description", ""))))
+    return [d for _, d in sorted(out)]
+
+
+def tool_names(tools: Sequence[dict[str, Any]] | None) -> set[str]:
+    names: set[str] = set()
+    for t in tools or ():
+        fn = t.get("function", t) if isinstance(t, dict) else {}
+        if isinstance(fn, dict) and fn.get("name"):
+            names.add(str(fn["name"]))
+    return names
+
+
+def instruction_texts(
+    messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+) -> list[str]:
+    """What the agent reads as instructions: system messages and tool descriptions."""
+    system = [
+        content_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")
+    ]
+    return [*system, *tool_descriptions(tools)]
+
+
+def agent_draw(
+    world: SimWorld,
+    config: SimConfig,
+    question_id: str,
+    texts: Sequence[str],
+    sample: int,
+) -> tuple[str, bool, float]:
+    """(letter, correct, P(correct)) of one rollout of ``question_id`` given ``texts``."""
+    q = world.question(question_id)
+    norms = [normalize_text(t) for t in texts]
+    relevant = digest(*norms)
+    u = unit(config.seed, "agent", question_id, relevant, sample)
+    if q is None:  # a question the world does not know: a pure guess
+        letter = LETTERS[below(4, config.seed, "guess", question_id, relevant, sample)]
+        return letter, False, config.guess
+    cue = q.cue in world.cues_in_normalized(q.task_type, norms)
+    harm = world.harm_in_normalized(q.task_type, norms)
+    p = probability_correct(q.difficulty, cue=cue, harm=harm, config=config)
+    if u < p:
+        return q.answer, True, p
+    wrong = [x for x in LETTERS if x != q.answer]
+    return wrong[below(3, config.seed, "wrong", question_id, relevant, sample)], False, p
+
+
+def _keywords(question_text: str) -> str:
+    words = [w for w in re.findall(r"[a-z]+", question_text.lower()) if w not in _STOPWORDS]
+    return " ".join(words[-4:]) or "main event"
+
+
+def _plan(q: QuestionTruth, question_text: str, harm: bool) -> list[tuple[str, dict[str, Any]]]:
+    ev = q.evidence
+    steps: list[tuple[str, dict[str, Any]]] = [("get_overview", {})]
+    if ev.kind == "summary":
+        steps.append(("get_captions", {"start": 0.0, "end": ev.end, "level": "segment"}))
+        return steps
+    steps.append(("search_captions", {"query": _keywords(question_text), "k": 5}))
+    if harm:  # a harmful directive makes the agent cut its exploration short
+        return steps
+    if ev.kind == "ocr":
+        steps.append(("get_ocr", {"start": ev.start, "end": ev.end}))
+    elif ev.kind == "subtitle":
+        steps.append(("get_subtitles", {"start": ev.start, "end": ev.end}))
+    elif ev.segment_id:
+        steps.append(("expand_node", {"node_id": ev.segment_id}))
+    if q.task_type in ("Spatial Perception", "Attribute Perception"):
+        steps.append(
+            ("inspect_frames", {"question": question_text, "start": ev.start, "end": ev.end})
+        )
+    return steps
+
+
+def _tool_call_turns(messages: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Names of the tools called in each earlier assistant turn."""
+    turns: list[list[str]] = []
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            names = []
+            for c in m["tool_calls"]:
+                fn = c.get("function", {}) if isinstance(c, dict) else {}
+                names.append(str(fn.get("name", "")) if isinstance(fn, dict) else "")
+            turns.append(names)
+    return turns
+
+
+def agent_reply(
+    world: SimWorld,
+    config: SimConfig,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
+    sample: int,
+) -> SimReply:
+    """The next assistant turn of the simulated agent."""
+    qid = question_id_of_agent_prompt(messages)
+    texts = instruction_texts(messages, tools)
+    user = next((content_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+    conv_key = digest(*(json.dumps(m, sort_keys=True, default=str) for m in messages))
+    if unit(config.seed, "malformed", conv_key, sample) < config.fault_malformed_rate:
+        text = _MALFORMED_AGENT_TEXTS[
+            below(len(_MALFORMED_AGENT_TEXTS), config.seed, "mal-text", conv_key)
+        ]
+        return SimReply(text, label="agent:malformed")
+
+    letter, correct, _ = agent_draw(world, config, qid, texts, sample)
+    verdict = "correct" if correct else "wrong"
+    turns = _tool_call_turns(messages)
+    available = tool_names(tools)
+    if turns and "answer" in turns[-1]:
+        # The client sent the answer tool's result back: close with the bare letter.
+        return SimReply(letter, label=f"agent:final:{verdict}")
+    if "answer" not in available:
+        return SimReply(letter, label=f"agent:text-answer:{verdict}")
+
+    q = world.question(qid)
+    plan: list[tuple[str, dict[str, Any]]] = []
+    if q is not None:
+        question_text = re.sub(r"^\s*Question:\s*", "", _line(user, "Question:"))
+        harm = world.harm_present(q.task_type, texts)
+        plan = [(n, a) for n, a in _plan(q, question_text, harm) if n in available]
+    step = len(turns)
+    if step < len(plan):
+        name, args = plan[step]
+        return SimReply(
+            _THOUGHTS.get(name, "Let me check the video."),
+            [(name, json.dumps(args, sort_keys=True))],
+            label=f"agent:tool:{name}",
+        )
+    return SimReply(
+        "I have enough evidence to answer.",
+        [("answer", json.dumps({"letter": letter}))],
+        label=f"agent:answer:{verdict}",
+    )
+
+
+def _line(text: str, prefix: str) -> str:
+    for ln in text.splitlines():
+        if ln.strip().startswith(prefix):
+            return ln.strip()
+    return ""
+
+
+_THOUGHTS = {
+    "get_overview": "Let me get an overview of the video first.",
+    "search_captions": "I will search the captions for the key words of the question.",
+    "expand_node": "This segment looks relevant; let me expand it.",
+    "get_ocr": "The question is about on-screen text; let me read the OCR of that clip.",
+    "get_subtitles": "Let me read what is said around that moment.",
+    "get_captions": "Let me read the segment summaries.",
+    "inspect_frames": "Let me look at the frames to confirm.",
+}

@@ -1,0 +1,279 @@
+"""Click commands of the simulated world, registered by ``trm_assets.cli``:
+
+* ``synth``      → ``trm data synth``  (generate a SIMULATED sample with hidden ground truth)
+* ``sim-serve``  → ``trm sim-serve``   (OpenAI-compatible HTTP server backed by the simulator)
+* ``sim-oracle`` → ``trm sim-oracle``  (expected accuracy of a skill set, from the ground truth)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from trm_assets.llm.sim_config import SimConfig
+
+
+@click.command("synth")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output directory.",
+)
+@click.option("--videos", type=click.IntRange(min=1), required=True, help="Number of videos.")
+@click.option(
+    "--seed", type=int, required=True, help="Seed of every draw (recorded in the sample)."
+)
+@click.option("--questions-per-video", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option(
+    "--cues-per-task",
+    type=click.IntRange(1, 3),
+    default=3,
+    show_default=True,
+    help="Hidden cues per task type.",
+)
+def synth(
+    out_dir: Path, videos: int, seed: int, questions_per_video: int, cues_per_task: int
+) -> None:
+    """Generate a SIMULATED Video-MME-format sample: questions.json, trees/, ground_truth.json.
+
+    Deterministic: the same arguments reproduce the sample byte for byte (see its SOURCE.md).
+    """
+    from trm_assets.llm.sim.generator import synthesize
+
+    s = synthesize(
+        out_dir,
+        videos=videos,
+        seed=seed,
+        questions_per_video=questions_per_video,
+        cues_per_task=cues_per_task,
+    )
+    click.echo(f"SIMULATED sample written to {s.out_dir} ({s.bytes_written / 1e6:.2f} MB)")
+    click.echo(f"  videos: {s.videos}, questions: {s.questions}, seed: {seed}")
+    click.echo("  by duration: " + ", ".join(f"{k} {v}" for k, v in s.by_duration.items()))
+    click.echo("  by task type: " + ", ".join(f"{k} {v}" for k, v in s.by_task_type.items()))
+
+
+def _sim_config(
+    seed: int,
+    latency_ms: float,
+    jitter_ms: float,
+    timeout_rate: float,
+    http_5xx_rate: float,
+    malformed_rate: float,
+) -> SimConfig:
+    try:
+        return SimConfig(
+            seed=seed,
+            latency_ms_mean=latency_ms,
+            latency_ms_jitter=jitter_ms,
+            fault_timeout_rate=timeout_rate,
+            fault_http_5xx_rate=http_5xx_rate,
+            fault_malformed_rate=malformed_rate,
+        )
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+@click.command("sim-serve")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Bind address (loopback by default)."
+)
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(path_type=Path),
+    default=Path("data/default"),
+    show_default=True,
+    help="Sample directory (or its ground_truth.json).",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Simulator seed (SimConfig.seed)."
+)
+@click.option("--model", default="sim-videomme-1", show_default=True, help="Model name to report.")
+@click.option("--latency-ms", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option("--latency-jitter-ms", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option("--fault-timeout-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True)
+@click.option("--fault-5xx-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True)
+@click.option("--fault-malformed-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True)
+@click.option(
+    "--timeout-sleep-s",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="How long a timed-out request hangs.",
+)
+@click.option(
+    "--fault-status",
+    "fault_statuses",
+    type=click.IntRange(500, 599),
+    multiple=True,
+    default=(503, 500),
+    show_default=True,
+    help="HTTP status(es) of injected 5xx faults (repeat the option).",
+)
+@click.option("--log-requests", is_flag=True, help="Log one line per request to stderr.")
+def serve(
+    host: str,
+    port: int,
+    data_dir: Path,
+    seed: int,
+    model: str,
+    latency_ms: float,
+    latency_jitter_ms: float,
+    fault_timeout_rate: float,
+    fault_5xx_rate: float,
+    fault_malformed_rate: float,
+    timeout_sleep_s: float,
+    fault_statuses: tuple[int, ...],
+    log_requests: bool,
+) -> None:
+    """Serve the SIMULATED model as an OpenAI-compatible API (/v1/chat/completions, /v1/models)."""
+    from trm_assets.llm.sim.provider import SimulatedProvider
+    from trm_assets.llm.sim.server import ServeOptions, SimServer
+    from trm_assets.llm.sim.world import load_world
+
+    config = _sim_config(
+        seed,
+        latency_ms,
+        latency_jitter_ms,
+        fault_timeout_rate,
+        fault_5xx_rate,
+        fault_malformed_rate,
+    )
+    world = load_world(data_dir)
+    provider = SimulatedProvider(world, config, model=model, inject_faults=False)
+    server = SimServer(
+        provider,
+        host,
+        port,
+        ServeOptions(
+            timeout_sleep_s=timeout_sleep_s,
+            fault_statuses=tuple(fault_statuses),
+            log_requests=log_requests,
+        ),
+    )
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(
+            f"warning: binding {host}: the simulated server is reachable beyond this machine",
+            err=True,
+        )
+    click.echo(
+        f"SIMULATED OpenAI-compatible server: model {model!r} "
+        f"({len(world.questions)} questions from {world.source}) at {server.base_url}"
+    )
+    click.echo(
+        f"  faults: timeout {fault_timeout_rate:g}, 5xx {fault_5xx_rate:g}, "
+        f"malformed {fault_malformed_rate:g}; latency {latency_ms:g}±{latency_jitter_ms:g} ms. "
+        "Ctrl-C to stop."
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+
+
+@click.command("sim-oracle")
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(path_type=Path),
+    default=Path("data/default"),
+    show_default=True,
+)
+@click.option(
+    "--skills",
+    "skills_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("prompts/skills"),
+    show_default=True,
+)
+@click.option(
+    "--system-prompt",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Agent system prompt file (optional).",
+)
+@click.option(
+    "--pools",
+    "pools_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="pools.json: report per pool.",
+)
+@click.option("--json", "as_json", is_flag=True)
+def oracle(
+    data_dir: Path,
+    skills_dir: Path,
+    system_prompt: Path | None,
+    pools_file: Path | None,
+    as_json: bool,
+) -> None:
+    """Expected (noise-free) accuracy of a SIMULATED skill set, its optimum, the best possible."""
+    from trm_assets.llm.sim.oracle import load_skills, optimal_skills, oracle_table
+    from trm_assets.llm.sim.world import load_world
+
+    world = load_world(data_dir)
+    config = SimConfig()
+    skills = load_skills(skills_dir)
+    system = system_prompt.read_text(encoding="utf-8") if system_prompt else ""
+    pools: dict[str, list[str]] = {"all": sorted(world.questions)}
+    if pools_file is not None:
+        pools.update(_read_pools(pools_file))
+    report: dict[str, object] = {
+        "simulated": True,
+        "data": str(data_dir),
+        "skills": str(skills_dir),
+        "pools": {},
+    }
+    for name, qids in pools.items():
+        seed_rows = oracle_table(world, qids, skills, config, system_prompt=system)
+        opt_rows = oracle_table(
+            world, qids, optimal_skills(world, skills), config, system_prompt=system
+        )
+        report["pools"][name] = [  # type: ignore[index]
+            {
+                "group": s.group,
+                "n": s.n,
+                "expected": round(s.expected, 4),
+                "optimal": round(o.expected, 4),
+                "best": round(s.best, 4),
+                "cues": f"{s.cues_expressed}/{s.cues_total}",
+            }
+            for s, o in zip(seed_rows, opt_rows, strict=True)
+        ]
+    if as_json:
+        click.echo(json.dumps(report, indent=1))
+        return
+    click.echo(f"SIMULATED oracle (expected accuracy) for skills {skills_dir} on {data_dir}")
+    for name, rows in report["pools"].items():  # type: ignore[attr-defined]
+        click.echo(f"\npool {name}")
+        click.echo(f"  {'group':<22} {'n':>5} {'skills':>7} {'optimal':>8} {'best':>6} cues")
+        for r in rows:
+            click.echo(
+                f"  {r['group']:<22} {r['n']:>5} {r['expected']:>7.3f} {r['optimal']:>8.3f} "
+                f"{r['best']:>6.3f} {r['cues']}"
+            )
+
+
+def _read_pools(path: Path) -> dict[str, list[str]]:
+    """Question-id lists of a pools.json (any top-level key whose value is a list of ids)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    found: dict[str, list[str]] = {}
+    src = data.get("pools", data) if isinstance(data, dict) else {}
+    if isinstance(src, dict):
+        for key, value in sorted(src.items()):
+            if isinstance(value, list) and all(isinstance(x, str) for x in value):
+                found[key] = sorted(value)
+    if not found:
+        raise click.BadParameter(
+            f"{path}: no list of question ids found "
+            "(expected e.g. {'test': [...], 'validation': [...]})"
+        )
+    return found

@@ -1,0 +1,251 @@
+"""``SimulatedProvider``: the simulated world behind the project's ``LLMProvider`` protocol.
+
+Deterministic given (sim seed, messages, tools, ``seed``): the role is read from the conversation
+(:mod:`.roles`), the reply computed by :mod:`.agent` or :mod:`.evolver`. Faults follow GATE.md §2:
+
+* **infra** — a timeout (``InfraError("timeout")``) or an HTTP 5xx (``InfraError("http_status",
+  status=503|500)``), drawn per request *attempt* (an identical retry draws again, so a retry can
+  succeed; the attempt counter is per request digest, hence independent of concurrency);
+* **task** — malformed content (``fault_malformed_rate``): a well-formed reply whose text is not a
+  usable answer/JSON. Never raised, judged by the caller.
+
+Latency (``latency_ms_mean`` ± ``latency_ms_jitter``) is slept with ``asyncio.sleep``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from trm_assets.llm.protocol import ChatResponse, InfraError, Message, ToolCall, ToolSpec, Usage
+from trm_assets.llm.sim.agent import agent_reply
+from trm_assets.llm.sim.draws import digest, unit
+from trm_assets.llm.sim.evolver import diagnose_reply, evolve_reply, momentum_reply, unknown_reply
+from trm_assets.llm.sim.roles import SimReply, detect_role
+from trm_assets.llm.sim.world import SimWorld
+from trm_assets.llm.sim_config import SimConfig
+
+SIM_MODEL = "sim-videomme-1"
+FAULT_STATUSES: tuple[int, ...] = (503, 500)
+
+
+def request_digest(
+    messages: Sequence[Message], tools: Sequence[ToolSpec] | None, seed: int | None
+) -> str:
+    """A stable digest of one chat request (messages, tools, seed)."""
+    return digest(
+        json.dumps(list(messages), sort_keys=True, default=str),
+        json.dumps(list(tools or ()), sort_keys=True, default=str),
+        seed,
+    )
+
+
+def draw_fault(
+    config: SimConfig, request: str, attempt: int, statuses: Sequence[int] = FAULT_STATUSES
+) -> tuple[str, int | None] | None:
+    """``("timeout", None)``, ``("http_status", one of statuses)`` or None for one attempt."""
+    u = unit(config.seed, "fault", request, attempt)
+    if u < config.fault_timeout_rate:
+        return "timeout", None
+    if u < config.fault_timeout_rate + config.fault_http_5xx_rate:
+        i = int(unit(config.seed, "status", request, attempt) * len(statuses))
+        return "http_status", statuses[i]
+    return None
+
+
+def faults_possible(config: SimConfig) -> bool:
+    """Whether infra faults can occur (otherwise attempts need not be counted)."""
+    return config.fault_timeout_rate > 0 or config.fault_http_5xx_rate > 0
+
+
+def latency_ms(config: SimConfig, request: str, attempt: int) -> float:
+    if config.latency_ms_mean <= 0 and config.latency_ms_jitter <= 0:
+        return 0.0
+    u = unit(config.seed, "latency", request, attempt)
+    return max(0.0, config.latency_ms_mean + config.latency_ms_jitter * (2.0 * u - 1.0))
+
+
+def count_tokens(text: str) -> int:
+    """A rough token count (4 characters per token), good enough for usage accounting."""
+    return (len(text) + 3) // 4
+
+
+class AttemptCounter:
+    """How often each request digest was seen (thread-safe): the attempt index of fault draws."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def next(self, request: str) -> int:
+        with self._lock:
+            n = self._seen.get(request, 0)
+            self._seen[request] = n + 1
+            return n
+
+
+def simulate(
+    world: SimWorld,
+    config: SimConfig,
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec] | None = None,
+    seed: int | None = None,
+) -> SimReply:
+    """The simulated model's reply to one request (no faults, no latency): a pure function."""
+    sample = int(seed) if seed is not None else 0
+    role, text = detect_role(messages)
+    if role == "agent":
+        return agent_reply(world, config, messages, tools, sample)
+    if role == "diagnose":
+        return diagnose_reply(world, config, text, sample)
+    if role in ("evolve_skill", "evolve_system", "evolve_tool"):
+        return evolve_reply(world, config, role, text, sample)
+    if role == "momentum":
+        return momentum_reply(world, config, text, sample)
+    return unknown_reply(text)
+
+
+def to_chat_response(
+    reply: SimReply,
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec] | None,
+    model: str,
+    request: str,
+) -> ChatResponse:
+    calls = tuple(
+        ToolCall(id="call_" + digest(request, i, name)[:24], name=name, arguments=args)
+        for i, (name, args) in enumerate(reply.tool_calls)
+    )
+    prompt_text = json.dumps(list(messages), default=str) + json.dumps(
+        list(tools or ()), default=str
+    )
+    completion_text = (reply.content or "") + "".join(n + a for n, a in reply.tool_calls)
+    return ChatResponse(
+        content=reply.content,
+        tool_calls=calls,
+        usage=Usage(count_tokens(prompt_text), count_tokens(completion_text) + 1),
+        model=model,
+        finish_reason="tool_calls" if calls else "stop",
+    )
+
+
+class SimulatedProvider:
+    """The simulated world as an :class:`~trm_assets.llm.protocol.LLMProvider` (in-process).
+
+    ``world``: the ground truth (:func:`~trm_assets.llm.sim.world.load_world`). ``config``: the
+    knobs (``RunConfig.sim``). ``inject_faults=False`` disables infra faults and latency (the HTTP
+    server injects its own, as real HTTP errors and real timeouts).
+    """
+
+    def __init__(
+        self,
+        world: SimWorld,
+        config: SimConfig | None = None,
+        *,
+        model: str = SIM_MODEL,
+        inject_faults: bool = True,
+    ) -> None:
+        self.world = world
+        self.config = config or SimConfig()
+        self._model = model
+        self.inject_faults = inject_faults
+        self._usage = Usage()
+        self._attempts = AttemptCounter()
+        self._lock = threading.Lock()
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def usage(self) -> Usage:
+        return self._usage
+
+    @property
+    def is_simulated(self) -> bool:
+        return True
+
+    def respond(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] | None = None,
+        seed: int | None = None,
+    ) -> ChatResponse:
+        """The reply without faults or latency (used by the HTTP server)."""
+        request = request_digest(messages, tools, seed)
+        reply = simulate(self.world, self.config, messages, tools, seed)
+        resp = to_chat_response(reply, messages, tools, self._model, request)
+        with self._lock:
+            self._usage = self._usage + resp.usage
+        return resp
+
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+    ) -> ChatResponse:
+        del temperature, max_tokens  # the simulator's noise comes from ``seed`` (the sample index)
+        t0 = time.perf_counter()
+        if self.inject_faults:
+            request = request_digest(messages, tools, seed)
+            attempt = self._attempts.next(request) if faults_possible(self.config) else 0
+            delay = latency_ms(self.config, request, attempt)
+            fault = draw_fault(self.config, request, attempt)
+            if fault is not None and fault[0] == "timeout":
+                if self.config.timeout_sleep_s > 0:
+                    await asyncio.sleep(self.config.timeout_sleep_s)
+                raise InfraError("timeout", f"simulated timeout of model {self._model}")
+            if delay > 0:
+                await asyncio.sleep(delay / 1000.0)
+            if fault is not None:
+                raise InfraError(
+                    "http_status",
+                    f"simulated HTTP {fault[1]} from model {self._model}",
+                    status=fault[1],
+                )
+        resp = self.respond(messages, tools, seed)
+        return ChatResponse(
+            content=resp.content,
+            tool_calls=resp.tool_calls,
+            usage=resp.usage,
+            model=resp.model,
+            finish_reason=resp.finish_reason,
+            latency_s=time.perf_counter() - t0,
+        )
+
+    def __repr__(self) -> str:
+        n = len(self.world.questions)
+        return f"SimulatedProvider(model={self._model!r}, SIMULATED, {n} questions)"
+
+
+def reply_payload(resp: ChatResponse, request: str, created: int = 0) -> dict[str, Any]:
+    """An OpenAI ``chat.completion`` object for ``resp`` (used by the HTTP server)."""
+    message: dict[str, Any] = {"role": "assistant", "content": resp.content}
+    if resp.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in resp.tool_calls
+        ]
+    return {
+        "id": "chatcmpl-sim-" + request[:24],
+        "object": "chat.completion",
+        "created": created,
+        "model": resp.model,
+        "system_fingerprint": "simulated",
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": resp.finish_reason}
+        ],
+        "usage": {
+            "prompt_tokens": resp.usage.prompt_tokens,
+            "completion_tokens": resp.usage.completion_tokens,
+            "total_tokens": resp.usage.total_tokens,
+        },
+    }
