@@ -90,6 +90,21 @@ def data_check(paths: tuple[str, ...], as_json: bool) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# trm bench
+
+
+@main.group(
+    cls=LazyGroup,
+    lazy={
+        "gate": ("trm_assets.bench.gate:cli", "Gate decision quality (GATE §10.3)."),
+        "inference": ("trm_assets.bench.inference:cli", "Inference throughput vs the ideal."),
+    },
+)
+def bench() -> None:
+    """Benchmarks (results go to benchmarks/RESULTS.md)."""
+
+
+# --------------------------------------------------------------------------------------------
 # trm config
 
 

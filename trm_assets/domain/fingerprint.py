@@ -13,5 +13,5 @@ def canonical_json(value: Any) -> str:
 
 
 def fingerprint(value: Any) -> str:
-    """The first 16 hex digits of the SHA-256 of :func:`canonical_json` (collisions irrelevant here)."""
+    """The first 16 hex digits of the SHA-256 of :func:`canonical_json` (short, stable)."""
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:16]

@@ -110,7 +110,9 @@ class GateParams:
         if not 0.0 < self.lambda0 < 1.0:
             problems.append(f"lambda0 must be in (0, 1), got {self.lambda0}")
         if not self.lambda_dir < 0.0:
-            problems.append(f"lambda_dir must be < 0 (a log-likelihood floor), got {self.lambda_dir}")
+            problems.append(
+                f"lambda_dir must be < 0 (a log-likelihood floor), got {self.lambda_dir}"
+            )
         if self.grid_k < 5:
             problems.append(f"grid_k must be >= 5, got {self.grid_k}")
         if not 0.0 < self.grid_max < 1.0:
@@ -120,7 +122,9 @@ class GateParams:
         if not 0.0 < self.infra_max_rate < 1.0:
             problems.append(f"infra_max_rate must be in (0, 1), got {self.infra_max_rate}")
         if self.infra_min_denominator < 10:
-            problems.append(f"infra_min_denominator must be >= 10, got {self.infra_min_denominator}")
+            problems.append(
+                f"infra_min_denominator must be >= 10, got {self.infra_min_denominator}"
+            )
         if problems:
             raise ValueError("invalid GateParams: " + "; ".join(problems))
 
@@ -161,13 +165,15 @@ def log_mixture_e(wins: int, losses: int, grid_k: int = 20, grid_max: float = 0.
     """ln E⁺ = ln (1/K) Σ_k (1+λ_k)^W (1−λ_k)^L (GATE §0.2). ``log_mixture_e(L, W)`` is ln E⁻."""
     if wins < 0 or losses < 0:
         raise ValueError(f"wins and losses must be >= 0, got {wins}, {losses}")
-    terms = [wins * math.log1p(lam) + losses * math.log1p(-lam) for lam in mixture_grid(grid_k, grid_max)]
+    terms = [
+        wins * math.log1p(lam) + losses * math.log1p(-lam) for lam in mixture_grid(grid_k, grid_max)
+    ]
     top = max(terms)
     return top + math.log(sum(math.exp(t - top) for t in terms)) - math.log(grid_k)
 
 
 def log_sprt(wins: int, losses: int, lambda0: float = 0.4) -> float:
-    """Λ = W ln(1+λ₀) + L ln(1−λ₀): Wald's log-likelihood ratio of θ₁ = (1+λ₀)/2 against ½ (§3.4)."""
+    """Λ = W ln(1+λ₀) + L ln(1−λ₀): Wald's log-LR of θ₁ = (1+λ₀)/2 against ½ (§3.4)."""
     return wins * math.log1p(lambda0) + losses * math.log1p(-lambda0)
 
 
@@ -187,7 +193,7 @@ def sign_test_p(wins: int, losses: int) -> float:
 def horizon_log_threshold(
     d_max: int, alpha: float, grid_k: int = 20, grid_max: float = 0.9
 ) -> float:
-    """ln c_α(d_max): the smallest E⁺ threshold whose crossing probability within d_max pairs is ≤ α.
+    """ln c_α(d_max): the smallest E⁺ threshold crossed within d_max pairs w.p. ≤ α.
 
     Dynamic programming over a fair-coin sign walk (every pair discordant, a look after every pair:
     the worst case, GATE §3.5). Only achievable E⁺ values matter, so the threshold is searched among
@@ -278,7 +284,7 @@ class PairResult:
 
     @property
     def n_positions(self) -> int:
-        """Ladder positions consumed: usable pairs plus pairs dropped for a baseline infra failure."""
+        """Positions consumed: usable pairs plus pairs dropped for a baseline infra failure."""
         return len(self.keys)
 
     @property
@@ -345,7 +351,7 @@ def pair_block(
 def gate_plan(
     ladder_qids: Sequence[str], passes: int, block: int, max_blocks: int | None = None
 ) -> tuple[tuple[str, int], ...]:
-    """The gate's positions (qid, rep), fixed before the first block (GATE §4.4); d_max = its length.
+    """The gate's positions (qid, rep), fixed before the first block (§4.4); d_max = its length.
 
     Passes cycle the whole ladder with fresh draws of both arms; ``max_blocks`` truncates the plan.
     """
@@ -471,7 +477,9 @@ def gate_decision(state: GateState, block: PairResult, params: GateParams) -> Ga
     CONTINUE. The verdict is appended to ``state.history``; a terminal verdict closes the gate.
     """
     if state.terminal is not None:
-        raise ValueError(f"the gate already ended with {state.terminal.value}; start a new GateState")
+        raise ValueError(
+            f"the gate already ended with {state.terminal.value}; start a new GateState"
+        )
     if block.n_positions < 1:
         raise ValueError("an empty block cannot be decided on")
     if block.n_positions > params.block:
@@ -604,7 +612,9 @@ def gate_state_from_dict(
     """Restore a checkpoint; refuses another format, non-integer counts, a params change or a
     fingerprint mismatch with a :class:`DataFormatError` naming the problem."""
     if data.get("format") != GATE_STATE_FORMAT:
-        raise DataFormatError(source, None, "format", f"{GATE_STATE_FORMAT!r}, got {data.get('format')!r}")
+        raise DataFormatError(
+            source, None, "format", f"{GATE_STATE_FORMAT!r}, got {data.get('format')!r}"
+        )
     problems: list[str] = []
     for name in _STATE_INT_FIELDS:
         value = data.get(name)
@@ -617,18 +627,27 @@ def gate_state_from_dict(
         raise DataFormatError.from_messages(source, problems)
     if data.get("params") != params.decision_fields():
         raise DataFormatError(
-            source, None, "params", "the gate parameters the gate started with (they changed mid-gate)"
+            source,
+            None,
+            "params",
+            "the gate parameters the gate started with (they changed mid-gate)",
         )
-    state = GateState(
-        d_max=int(data["d_max"]),
-        terminal=Verdict(terminal) if terminal is not None else None,
-        **{name: int(data[name]) for name in _STATE_INT_FIELDS if name != "d_max"},
-    )
+    state = GateState(d_max=int(data["d_max"]))
+    for name in _STATE_INT_FIELDS:
+        setattr(state, name, int(data[name]))
+    state.terminal = Verdict(terminal) if terminal is not None else None
     if state.d_max < 1 or state.positions > state.d_max:
-        raise DataFormatError(source, None, "positions", f"0 <= positions <= d_max >= 1, got {state.positions}/{state.d_max}")
+        raise DataFormatError(
+            source,
+            None,
+            "positions",
+            f"0 <= positions <= d_max >= 1, got {state.positions}/{state.d_max}",
+        )
     expected = fingerprint(_state_body(state, params))
     if data.get("fingerprint") != expected:
-        raise DataFormatError(source, None, "fingerprint", f"{expected!r} (the file was edited or corrupted)")
+        raise DataFormatError(
+            source, None, "fingerprint", f"{expected!r} (the file was edited or corrupted)"
+        )
     if params.mode == "horizon":
         state.log_thr_horizon = horizon_log_threshold(
             state.d_max, params.alpha, params.grid_k, params.grid_max
@@ -646,5 +665,7 @@ NOT_VERIFIED: Final = "not_verified"
 def rejection_tag(verdict: Verdict) -> str:
     """``verified_harmful`` only for REJECT_HARM; every other rejection is ``not_verified``."""
     if verdict not in REJECTIONS:
-        raise ValueError(f"{verdict.value} is not a rejection; only rejections enter the rejected buffer")
+        raise ValueError(
+            f"{verdict.value} is not a rejection; only rejections enter the rejected buffer"
+        )
     return VERIFIED_HARMFUL if verdict is Verdict.REJECT_HARM else NOT_VERIFIED

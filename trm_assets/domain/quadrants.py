@@ -86,7 +86,9 @@ def classify_quadrants(
     )
 
 
-def label_reliability(quadrant: str, p_hat_before: float, *, low: float = 0.2, high: float = 0.8) -> str:
+def label_reliability(
+    quadrant: str, p_hat_before: float, *, low: float = 0.2, high: float = 0.8
+) -> str:
     """Whether a momentum label is trustworthy given the baseline pass-rate estimate (GATE §8).
 
     REGRESSED on a question with p̂ ≥ ``high`` (a broken stable success) and IMPROVED on one with

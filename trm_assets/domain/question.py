@@ -31,7 +31,7 @@ class Question(BaseModel):
     options: tuple[str, str, str, str]
     answer: Literal["A", "B", "C", "D"]
     url: str | None = None
-    videoID: str | None = None  # noqa: N815 - Video-MME's own column name
+    videoID: str | None = None
     language: str | None = None
 
     @field_validator("options")

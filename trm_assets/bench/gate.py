@@ -1,0 +1,261 @@
+"""``trm bench gate``: the GATE.md §10 simulation study on top of the real kernel.
+
+Every gated method runs :func:`trm_assets.domain.gate.pair_block` and
+:func:`trm_assets.domain.gate.gate_decision` block by block on simulated outcomes; the warm
+ladder is ordered by :func:`trm_assets.domain.ladder.warm_order`. Comparators (GEPA-style
+minibatch, fixed-n McNemar, full-validation point estimate and McNemar) use the same pool model.
+
+Pool model (GATE §10.1): p_B(q) ~ Beta(0.6, 0.5); edits are logit shifts (−0.384, 0, +0.388,
++0.790 → −5pp, 0, +5pp, +10pp pool-mean gain), "null_hetero" is +1.2 logits where p_B < ½ and
+−1.077 elsewhere. Warm ladder: p̂ = (S+1)/6 from 4 prior baseline draws, keep p̂ ∈ [0.2, 0.8],
+sort by p̂(1−p̂) descending; cold ladder (N = 50 comparison table): one prior draw, p̂ = ⅓ or ⅔,
+2 wrong : 1 right over the whole pool (:func:`trm_assets.domain.ladder.cold_order`). Blocks of
+10; fresh draws of both arms for every pass.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import click
+import numpy as np
+
+from trm_assets.domain.gate import (
+    GateParams,
+    Verdict,
+    chunk_plan,
+    gate_decision,
+    gate_plan,
+    new_gate_state,
+    pair_block,
+    sign_test_p,
+)
+from trm_assets.domain.ladder import COLD_RIGHT, COLD_WRONG, cold_order, warm_order
+
+EFFECTS: tuple[str, ...] = ("-5pp", "null", "null_hetero", "+5pp", "+10pp")
+LOGIT_SHIFT: dict[str, float] = {"-5pp": -0.384, "null": 0.0, "+5pp": 0.388, "+10pp": 0.790}
+HETERO_UP, HETERO_DOWN = 1.2, -1.077
+P_LOW, P_HIGH = 0.2, 0.8
+BLOCK = 10
+MCNEMAR_ALPHA = 0.05
+
+# The gated methods run through the real gate_decision; name → params.
+GATED: dict[str, GateParams] = {
+    "hybrid": GateParams(alpha=0.05, mode="hybrid", alpha_early=0.01, block=BLOCK),
+    "hybrid_alpha10": GateParams(alpha=0.10, mode="hybrid", alpha_early=0.02, block=BLOCK),
+    "ep_horizon": GateParams(alpha=0.05, mode="horizon", block=BLOCK),
+    "ep_anytime": GateParams(alpha=0.05, mode="anytime", block=BLOCK),
+}
+METHODS: tuple[str, ...] = (
+    *GATED,
+    "fixed_n_mcnemar",
+    "gepa_b3",
+    "gepa_b10",
+    "full_val_point",
+    "full_val_mcnemar",
+)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One table of GATE §10.3."""
+
+    pool: int
+    passes: int
+    ladder: str = "warm"
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(150, 1),
+    Setting(50, 3),
+    Setting(50, 1),
+    Setting(50, 1, "cold"),
+)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return np.asarray(1.0 / (1.0 + np.exp(-x)))
+
+
+def candidate_rates(p_b: np.ndarray, effect: str) -> np.ndarray:
+    """p_C from p_B for an effect (logit shift, or the heterogeneous null)."""
+    logit = np.log(p_b) - np.log1p(-p_b)
+    if effect == "null_hetero":
+        shift = np.where(p_b < 0.5, HETERO_UP, HETERO_DOWN)
+    else:
+        shift = np.full_like(p_b, LOGIT_SHIFT[effect])
+    return _sigmoid(logit + shift)
+
+
+def warm_ladder(p_b: np.ndarray, rng: np.random.Generator) -> tuple[str, ...]:
+    """GATE §10.1 warm ladder: p̂ = (S+1)/6 from 4 prior baseline draws, filtered and sorted."""
+    s = rng.binomial(4, p_b)
+    return warm_order([(str(i), (int(x) + 1) / 6.0) for i, x in enumerate(s)], P_LOW, P_HIGH)
+
+
+def cold_ladder(p_b: np.ndarray, rng: np.random.Generator) -> tuple[str, ...]:
+    """GATE §10.1 cold ladder: one prior baseline draw, p̂ = ⅓ or ⅔, 2 wrong : 1 right."""
+    x = rng.random(p_b.shape[0]) < p_b
+    return cold_order([(str(i), COLD_RIGHT if xi else COLD_WRONG) for i, xi in enumerate(x)])
+
+
+def run_gate(
+    plan: Sequence[tuple[str, int]],
+    base: dict[tuple[str, int], bool | None],
+    cand: dict[tuple[str, int], bool | None],
+    params: GateParams,
+) -> tuple[bool, int]:
+    """Run the real gate over pre-drawn outcomes; (accepted, candidate rollouts to decision)."""
+    state = new_gate_state(len(plan), params)
+    for chunk in chunk_plan(plan, params.block):
+        blk = pair_block(chunk, base, cand, len(chunk), len(chunk))
+        verdict = gate_decision(state, blk, params).verdict
+        if verdict is not Verdict.CONTINUE:
+            return verdict is Verdict.ACCEPT, state.positions
+    raise AssertionError("the gate must decide at its last block")  # pragma: no cover
+
+
+@dataclass
+class Tally:
+    accepts: int = 0
+    rollouts: int = 0
+
+    def add(self, accepted: bool, rollouts: int) -> None:
+        self.accepts += int(accepted)
+        self.rollouts += rollouts
+
+
+def simulate_cell(
+    setting: Setting, effect: str, replicates: int, rng: np.random.Generator
+) -> dict[str, Tally]:
+    """All methods for one (setting, effect) cell; gated methods share each replicate's draws."""
+    tallies = {m: Tally() for m in METHODS}
+    n = setting.pool
+    for _ in range(replicates):
+        p_b = np.clip(rng.beta(0.6, 0.5, size=n), 1e-9, 1 - 1e-9)
+        p_c = candidate_rates(p_b, effect)
+        ladder = warm_ladder(p_b, rng) if setting.ladder == "warm" else cold_ladder(p_b, rng)
+        plan = gate_plan(ladder, setting.passes, BLOCK)
+        if plan:
+            idx = np.fromiter((int(q) for q, _ in plan), dtype=np.int64, count=len(plan))
+            b_draw = rng.random(len(plan)) < p_b[idx]
+            c_draw = rng.random(len(plan)) < p_c[idx]
+            base: dict[tuple[str, int], bool | None] = dict(zip(plan, b_draw.tolist(), strict=True))
+            cand: dict[tuple[str, int], bool | None] = dict(zip(plan, c_draw.tolist(), strict=True))
+            for name, params in GATED.items():
+                tallies[name].add(*run_gate(plan, base, cand, params))
+            w = int(np.sum(c_draw & ~b_draw))
+            los = int(np.sum(b_draw & ~c_draw))
+            tallies["fixed_n_mcnemar"].add(sign_test_p(w, los) <= MCNEMAR_ALPHA, len(plan))
+        else:  # nothing informative: no gate can run, nothing is accepted
+            for name in (*GATED, "fixed_n_mcnemar"):
+                tallies[name].add(False, 0)
+        for b_size in (3, 10):
+            pick = rng.choice(n, size=b_size, replace=False)
+            sb = int(np.sum(rng.random(b_size) < p_b[pick]))
+            sc = int(np.sum(rng.random(b_size) < p_c[pick]))
+            tallies[f"gepa_b{b_size}"].add(sc > sb, b_size)  # GEPA: skip if new_sum <= old_sum
+        fb = rng.random(n) < p_b
+        fc = rng.random(n) < p_c
+        tallies["full_val_point"].add(int(fc.sum()) > int(fb.sum()), n)
+        w = int(np.sum(fc & ~fb))
+        los = int(np.sum(fb & ~fc))
+        tallies["full_val_mcnemar"].add(sign_test_p(w, los) <= MCNEMAR_ALPHA, n)
+    return tallies
+
+
+def run_study(
+    replicates: int, seed: int, progress: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    """Every (setting, effect, method) case as a JSON-ready dict."""
+    cases: list[dict[str, Any]] = []
+    root = np.random.SeedSequence(seed)
+    children = root.spawn(len(SETTINGS) * len(EFFECTS))
+    for si, setting in enumerate(SETTINGS):
+        for ei, effect in enumerate(EFFECTS):
+            rng = np.random.default_rng(children[si * len(EFFECTS) + ei])
+            started = time.perf_counter()
+            tallies = simulate_cell(setting, effect, replicates, rng)
+            if progress is not None:
+                progress(
+                    f"pool={setting.pool} {setting.ladder} passes={setting.passes} "
+                    f"effect={effect}: "
+                    f"{time.perf_counter() - started:.1f}s"
+                )
+            for method in METHODS:
+                t = tallies[method]
+                cases.append(
+                    {
+                        "pool": setting.pool,
+                        "ladder": setting.ladder,
+                        "passes": setting.passes,
+                        "method": method,
+                        "effect": effect,
+                        "accept_rate": t.accepts / replicates,
+                        "mean_candidate_rollouts": t.rollouts / replicates,
+                        "replicates": replicates,
+                    }
+                )
+    return cases
+
+
+def format_tables(cases: Sequence[dict[str, Any]]) -> str:
+    """Markdown tables in the layout of GATE §10.3: P(ACCEPT) / mean candidate rollouts."""
+    out: list[str] = []
+    for setting in SETTINGS:
+        rows = [
+            c
+            for c in cases
+            if (c["pool"], c["passes"], c["ladder"])
+            == (setting.pool, setting.passes, setting.ladder)
+        ]
+        if not rows:
+            continue
+        reps = rows[0]["replicates"]
+        out.append(
+            f"Pool N = {setting.pool}, {setting.ladder} ladder, {setting.passes} pass(es), "
+            f"{reps} replicates per cell (SE ≤ {50 / math.sqrt(reps):.2f}pp)"
+        )
+        out.append("")
+        out.append("| method | " + " | ".join(EFFECTS) + " |")
+        out.append("|---" * (len(EFFECTS) + 1) + "|")
+        for method in METHODS:
+            cells = []
+            for effect in EFFECTS:
+                c = next(x for x in rows if x["method"] == method and x["effect"] == effect)
+                cells.append(f"{100 * c['accept_rate']:.1f}% / {c['mean_candidate_rollouts']:.0f}")
+            out.append(f"| {method} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+QUICK_REPLICATES = 3000
+FULL_REPLICATES = 20000
+
+
+@click.command("gate")
+@click.option("--quick", is_flag=True, help=f"{QUICK_REPLICATES} replicates per cell (< 1 min).")
+@click.option("--json", "as_json", is_flag=True, help="Print the cases as JSON.")
+@click.option("--seed", type=int, default=20260307, show_default=True, help="Master seed.")
+@click.option(
+    "--replicates",
+    type=click.IntRange(min=1),
+    default=None,
+    help=f"Replicates per cell (default {FULL_REPLICATES}, or {QUICK_REPLICATES} with --quick).",
+)
+def cli(quick: bool, as_json: bool, seed: int, replicates: int | None) -> None:
+    """Reproduce GATE.md §10.3 (acceptance rates and rollouts) on the real gate kernel."""
+    reps = replicates or (QUICK_REPLICATES if quick else FULL_REPLICATES)
+    started = time.perf_counter()
+    progress = None if as_json else (lambda msg: click.echo(msg, err=True))
+    cases = run_study(reps, seed, progress)
+    if as_json:
+        click.echo(json.dumps({"cases": cases}, indent=1))
+    else:
+        click.echo(format_tables(cases))
+        click.echo(f"({time.perf_counter() - started:.0f}s, seed {seed})")
