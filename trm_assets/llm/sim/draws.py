@@ -7,6 +7,7 @@ redraws (docs/decision-simulator-randomness.md).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -68,6 +69,7 @@ def weighted_index(weights: Sequence[float], *keys: object) -> int:
     return len(weights) - 1
 
 
+@functools.lru_cache(maxsize=8192)
 def normalize_text(text: str) -> str:
     """Lower case, every run of non-alphanumerics → one space, padded with one space each side.
 

@@ -1,0 +1,754 @@
+"""The run log: one DuckDB file per workspace with the tables ``runs``, ``predictions``,
+``traces`` and ``flags`` (schema: ``docs/run-log-schema.md``; the flags decision:
+``docs/decision-run-log-flags.md``).
+
+Writing (SPEC §6, seed §4):
+
+* **one writer per process**: :meth:`RunLog.open` returns the process's single writer of a file
+  (opening it twice returns the same object); every statement runs behind a ``threading.Lock``
+  (a shared DuckDB connection must not see concurrent statements);
+* **batched**: rollouts are buffered by :meth:`RunLog.add_rollout` and written in one transaction
+  per :meth:`RunLog.flush` (automatically every ``batch_size`` rollouts is the caller's choice:
+  :func:`~trm_assets.harness.inference.run_inference` flushes off the event loop);
+* **idempotent**: primary keys on every table. A prediction row that already exists is kept,
+  except a pessimistic row (``stop_reason = 'error'``), which a later attempt of the same
+  (run_id, question_id, replicate) overwrites together with its traces and flags
+  (``INSERT … ON CONFLICT … DO UPDATE … WHERE predictions.stop_reason = 'error'``). Re-inserting
+  a completed rollout is a no-op.
+
+Reading elsewhere: :meth:`RunLogReader.open` opens the file ``read_only``; when another process
+holds the write lock it raises :class:`RunLogBusyError` (retryable, says who holds it) instead of
+an unhandled DuckDB lock error. In the writer's own process the reader goes through the writer.
+
+Secrets never reach this module: rows hold model names, never keys, headers or URLs with
+credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from trm_assets.domain.errors import TrmError
+
+SCHEMA_VERSION = 1
+
+#: Flag kinds (one ``flags`` table with a ``kind`` column; see docs/decision-run-log-flags.md).
+FLAG_VALIDATION = "validation"  # answer-format problems (free-text answer, no letter, bad letter)
+FLAG_ANCHOR = "anchor"  # evidence anchoring (answered without looking at any node)
+FLAG_FRAME_HEALTH = "frame_health"  # inspect_frames fell back to stored captions / VLM trouble
+FLAG_KINDS: tuple[str, ...] = (FLAG_VALIDATION, FLAG_ANCHOR, FLAG_FRAME_HEALTH)
+
+RUN_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "kind",
+    "status",
+    "model",
+    "is_simulated",
+    "skill_mode",
+    "max_steps",
+    "concurrency",
+    "skills_version",
+    "prompts_version",
+    "questions_ref",
+    "n_rollouts",
+    "n_correct",
+    "n_task_failures",
+    "n_infra_failures",
+    "accuracy",
+    "prompt_tokens",
+    "completion_tokens",
+    "wall_s",
+    "started_at",
+    "finished_at",
+    "meta",
+)
+PREDICTION_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "question_id",
+    "replicate",
+    "video_id",
+    "task_type",
+    "duration",
+    "truth",
+    "predicted",
+    "correct",
+    "stop_reason",
+    "failure_kind",
+    "error",
+    "n_llm_calls",
+    "n_tool_calls",
+    "n_tool_errors",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_s",
+    "seed",
+    "model",
+    "skill_files",
+    "evidence",
+    "final_text",
+    "created_at",
+)
+TRACE_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "question_id",
+    "replicate",
+    "seq",
+    "step",
+    "role",
+    "tool_name",
+    "tool_call_id",
+    "arguments",
+    "content",
+    "result_chars",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_s",
+    "error",
+)
+FLAG_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "question_id",
+    "replicate",
+    "kind",
+    "name",
+    "detail",
+    "created_at",
+)
+
+DDL: dict[str, str] = {
+    "schema_info": """
+        CREATE TABLE IF NOT EXISTS schema_info (
+            key VARCHAR PRIMARY KEY,
+            value VARCHAR NOT NULL
+        )""",
+    "runs": """
+        CREATE TABLE IF NOT EXISTS runs (
+            run_id VARCHAR PRIMARY KEY,
+            kind VARCHAR,
+            status VARCHAR NOT NULL DEFAULT 'running',
+            model VARCHAR,
+            is_simulated BOOLEAN,
+            skill_mode VARCHAR,
+            max_steps INTEGER,
+            concurrency INTEGER,
+            skills_version VARCHAR,
+            prompts_version VARCHAR,
+            questions_ref VARCHAR,
+            n_rollouts INTEGER,
+            n_correct INTEGER,
+            n_task_failures INTEGER,
+            n_infra_failures INTEGER,
+            accuracy DOUBLE,
+            prompt_tokens BIGINT,
+            completion_tokens BIGINT,
+            wall_s DOUBLE,
+            started_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+            finished_at TIMESTAMP,
+            meta VARCHAR
+        )""",
+    "predictions": """
+        CREATE TABLE IF NOT EXISTS predictions (
+            run_id VARCHAR NOT NULL,
+            question_id VARCHAR NOT NULL,
+            replicate INTEGER NOT NULL,
+            video_id VARCHAR,
+            task_type VARCHAR,
+            duration VARCHAR,
+            truth VARCHAR,
+            predicted VARCHAR,
+            correct BOOLEAN,
+            stop_reason VARCHAR NOT NULL DEFAULT 'error',
+            failure_kind VARCHAR CHECK (failure_kind IS NULL OR failure_kind IN ('task', 'infra')),
+            error VARCHAR,
+            n_llm_calls INTEGER,
+            n_tool_calls INTEGER,
+            n_tool_errors INTEGER,
+            prompt_tokens BIGINT,
+            completion_tokens BIGINT,
+            latency_s DOUBLE,
+            seed BIGINT,
+            model VARCHAR,
+            skill_files VARCHAR,
+            evidence VARCHAR,
+            final_text VARCHAR,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+            PRIMARY KEY (run_id, question_id, replicate)
+        )""",
+    "traces": """
+        CREATE TABLE IF NOT EXISTS traces (
+            run_id VARCHAR NOT NULL,
+            question_id VARCHAR NOT NULL,
+            replicate INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            step INTEGER NOT NULL,
+            role VARCHAR NOT NULL,
+            tool_name VARCHAR,
+            tool_call_id VARCHAR,
+            arguments VARCHAR,
+            content VARCHAR,
+            result_chars INTEGER,
+            prompt_tokens INTEGER,
+            completion_tokens INTEGER,
+            latency_s DOUBLE,
+            error VARCHAR,
+            PRIMARY KEY (run_id, question_id, replicate, seq)
+        )""",
+    "flags": """
+        CREATE TABLE IF NOT EXISTS flags (
+            run_id VARCHAR NOT NULL,
+            question_id VARCHAR NOT NULL,
+            replicate INTEGER NOT NULL,
+            kind VARCHAR NOT NULL,
+            name VARCHAR NOT NULL,
+            detail VARCHAR,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+            PRIMARY KEY (run_id, question_id, replicate, kind, name)
+        )""",
+}
+
+_GLOB_RE = re.compile(r"^[\w\-\*\?\[\]\.]+$")
+
+
+class RunLogError(TrmError, RuntimeError):
+    """A run-log file that cannot be opened or has an unexpected schema."""
+
+
+class RunLogBusyError(RunLogError):
+    """The run log is being written by another process. Retry later (``retryable`` is True)."""
+
+    retryable = True
+
+
+def to_text_field(value: Any) -> str | None:
+    """A column value as text: ``str`` as is, None as NULL, anything else as sorted JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+# ----------------------------------------------------------------------------------------------
+# reading (shared by the writer and the read-only reader)
+
+
+class _Queries:
+    """Read queries over a connection guarded by ``self._lock``."""
+
+    _con: duckdb.DuckDBPyConnection
+    _lock: threading.Lock
+    path: Path
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        """Run a SELECT; rows as dicts."""
+        with self._lock:
+            cur = self._con.execute(sql, list(params or []))
+            cols = [d[0] for d in cur.description or []]
+            return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+    def runs(self) -> list[dict[str, Any]]:
+        return self.query("SELECT * FROM runs ORDER BY started_at, run_id")
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        rows = self.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        return rows[0] if rows else None
+
+    def run_ids(self, glob: str | None = None, exclude_glob: str | None = None) -> list[str]:
+        """Run ids matching a GLOB (``base_e2_s*``), minus those matching ``exclude_glob``.
+
+        Run ids come from both ``runs`` and ``predictions`` (a run without a runs row still counts).
+        """
+        for g in (glob, exclude_glob):
+            if g is not None and not _GLOB_RE.match(g):
+                raise ValueError(f"run-id pattern {g!r} may use letters, digits, _-.*?[] only")
+        sql = (
+            "SELECT DISTINCT run_id FROM "
+            "(SELECT run_id FROM runs UNION SELECT run_id FROM predictions)"
+        )
+        where, params = [], []
+        if glob is not None:
+            where.append("run_id GLOB ?")
+            params.append(glob)
+        if exclude_glob is not None:
+            where.append("NOT (run_id GLOB ?)")
+            params.append(exclude_glob)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [r["run_id"] for r in self.query(sql + " ORDER BY run_id", params)]
+
+    def predictions(self, run_id: str) -> list[dict[str, Any]]:
+        return self.query(
+            "SELECT * FROM predictions WHERE run_id = ? ORDER BY question_id, replicate", [run_id]
+        )
+
+    def correctness(self, run_id: str) -> dict[tuple[str, int], bool | None]:
+        """(question_id, replicate) → True / False (task failure) / None (infra or aborted)."""
+        return {
+            (r["question_id"], r["replicate"]): (
+                None if r["failure_kind"] == "infra" else r["correct"]
+            )
+            for r in self.query(
+                "SELECT question_id, replicate, correct, failure_kind FROM predictions "
+                "WHERE run_id = ?",
+                [run_id],
+            )
+        }
+
+    def traces(
+        self, run_id: str, question_id: str | None = None, replicate: int | None = None
+    ) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM traces WHERE run_id = ?"
+        params: list[Any] = [run_id]
+        if question_id is not None:
+            sql += " AND question_id = ?"
+            params.append(question_id)
+        if replicate is not None:
+            sql += " AND replicate = ?"
+            params.append(replicate)
+        return self.query(sql + " ORDER BY question_id, replicate, seq", params)
+
+    def flags(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        sql, params = "SELECT * FROM flags WHERE run_id = ?", [run_id]
+        if kind is not None:
+            sql += " AND kind = ?"
+            params.append(kind)
+        return self.query(sql + " ORDER BY question_id, replicate, kind, name", params)
+
+
+# ----------------------------------------------------------------------------------------------
+# the writer
+
+_WRITERS: dict[Path, RunLog] = {}
+_WRITERS_LOCK = threading.Lock()
+
+
+class RunLog(_Queries):
+    """The single writer of one run-log file in this process. Use :meth:`open`.
+
+    Also usable as a context manager (``with RunLog.open(path) as log:``), which flushes and
+    closes on exit. ``path=":memory:"`` gives a private in-memory log (tests, benchmarks).
+    """
+
+    def __init__(self, path: str | Path, *, _token: object = None) -> None:
+        if _token is not _OPEN_TOKEN:
+            raise TypeError("use RunLog.open(path) (one writer per file per process)")
+        self.path = Path(path)
+        self._lock = threading.Lock()  # the connection
+        self._buf_lock = threading.Lock()  # the rollout buffer
+        self._buffer: dict[
+            tuple[str, str, int], tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]
+        ] = {}
+        self._closed = False
+        target = ":memory:" if str(path) == ":memory:" else str(self.path)
+        if target != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._con = duckdb.connect(target)
+        except duckdb.IOException as e:
+            raise _busy_error(self.path, e) from None
+        with self._lock:
+            for ddl in DDL.values():
+                self._con.execute(ddl)
+            row = self._con.execute(
+                "SELECT value FROM schema_info WHERE key = 'schema_version'"
+            ).fetchone()
+            if row is None:
+                self._con.execute(
+                    "INSERT INTO schema_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+                )
+            elif row[0] != str(SCHEMA_VERSION):
+                self._con.close()
+                raise RunLogError(
+                    f"{self.path}: run-log schema version {row[0]}, this code writes version "
+                    f"{SCHEMA_VERSION}; use a new workspace or migrate the file"
+                )
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunLog:
+        """The process's writer of ``path`` (created with its schema if new)."""
+        if str(path) == ":memory:":
+            return cls(path, _token=_OPEN_TOKEN)
+        key = Path(path).resolve()
+        with _WRITERS_LOCK:
+            existing = _WRITERS.get(key)
+            if existing is not None and not existing._closed:
+                return existing
+            log = _WRITERS[key] = cls(key, _token=_OPEN_TOKEN)
+            return log
+
+    def __enter__(self) -> RunLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Flush the buffer and close the connection (idempotent)."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                self._closed = True
+                self._con.close()
+            with _WRITERS_LOCK:
+                if _WRITERS.get(self.path) is self:
+                    del _WRITERS[self.path]
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The connection, locked, inside a transaction (for other tables of the same file)."""
+        with self._lock:
+            self._check_open()
+            self._con.execute("BEGIN TRANSACTION")
+            try:
+                yield self._con
+            except BaseException:
+                self._con.execute("ROLLBACK")
+                raise
+            self._con.execute("COMMIT")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RunLogError(f"{self.path}: the run log is closed")
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def begin_run(
+        self,
+        run_id: str,
+        *,
+        kind: str | None = None,
+        model: str | None = None,
+        is_simulated: bool | None = None,
+        skill_mode: str | None = None,
+        max_steps: int | None = None,
+        concurrency: int | None = None,
+        skills_version: str | None = None,
+        prompts_version: str | None = None,
+        questions_ref: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Create the run's row, or mark an existing one running again (resume / next block).
+
+        Versions and the questions reference are kept when already set and not given again.
+        """
+        _check_run_id(run_id)
+        with self._lock:
+            self._check_open()
+            self._con.execute(
+                """
+                INSERT INTO runs (run_id, kind, status, model, is_simulated, skill_mode, max_steps,
+                                  concurrency, skills_version, prompts_version, questions_ref, meta)
+                VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (run_id) DO UPDATE SET
+                    status = 'running',
+                    kind = COALESCE(excluded.kind, runs.kind),
+                    model = COALESCE(excluded.model, runs.model),
+                    is_simulated = COALESCE(excluded.is_simulated, runs.is_simulated),
+                    skill_mode = COALESCE(excluded.skill_mode, runs.skill_mode),
+                    max_steps = COALESCE(excluded.max_steps, runs.max_steps),
+                    concurrency = COALESCE(excluded.concurrency, runs.concurrency),
+                    skills_version = COALESCE(excluded.skills_version, runs.skills_version),
+                    prompts_version = COALESCE(excluded.prompts_version, runs.prompts_version),
+                    questions_ref = COALESCE(excluded.questions_ref, runs.questions_ref),
+                    meta = COALESCE(excluded.meta, runs.meta)
+                """,
+                [
+                    run_id,
+                    kind,
+                    model,
+                    is_simulated,
+                    skill_mode,
+                    max_steps,
+                    concurrency,
+                    skills_version,
+                    prompts_version,
+                    questions_ref,
+                    to_text_field(dict(meta)) if meta is not None else None,
+                ],
+            )
+
+    def set_run_versions(
+        self,
+        run_id: str,
+        *,
+        skills_version: str | None,
+        prompts_version: str | None,
+        questions_ref: str | None = None,
+    ) -> None:
+        """Record which (skills, prompts) versions and questions a run evaluated (for promotion)."""
+        with self._lock:
+            self._check_open()
+            n = self._con.execute(
+                "UPDATE runs SET skills_version = ?, prompts_version = ?, "
+                "questions_ref = COALESCE(?, questions_ref) WHERE run_id = ? RETURNING run_id",
+                [skills_version, prompts_version, questions_ref, run_id],
+            ).fetchall()
+        if not n:
+            raise RunLogError(f"{self.path}: run {run_id!r} has no runs row; call begin_run first")
+
+    def finish_run(self, run_id: str, *, status: str = "done", wall_s: float | None = None) -> None:
+        """Mark a run finished; its counters are recomputed from every prediction of the run."""
+        self.flush()
+        with self._lock:
+            self._check_open()
+            self._con.execute(
+                """
+                UPDATE runs SET
+                    status = ?,
+                    finished_at = current_timestamp,
+                    wall_s = COALESCE(runs.wall_s, 0) + COALESCE(?, 0),
+                    n_rollouts = s.n, n_correct = s.n_correct, n_task_failures = s.n_task,
+                    n_infra_failures = s.n_infra, accuracy = s.acc,
+                    prompt_tokens = s.pt, completion_tokens = s.ct
+                FROM (
+                    SELECT count(*) AS n,
+                           count(*) FILTER (WHERE correct) AS n_correct,
+                           count(*) FILTER (WHERE failure_kind = 'task') AS n_task,
+                           count(*) FILTER (WHERE failure_kind = 'infra') AS n_infra,
+                           avg(CASE WHEN correct THEN 1.0 ELSE 0.0 END)
+                               FILTER (WHERE correct IS NOT NULL) AS acc,
+                           sum(prompt_tokens) AS pt, sum(completion_tokens) AS ct
+                    FROM predictions WHERE run_id = ?
+                ) AS s
+                WHERE runs.run_id = ?
+                """,
+                [status, wall_s, run_id, run_id],
+            )
+
+    # -- rollouts ----------------------------------------------------------------------------
+
+    def add_rollout(
+        self,
+        prediction: Mapping[str, Any],
+        traces: Sequence[Mapping[str, Any]] = (),
+        flags: Sequence[Mapping[str, Any]] = (),
+    ) -> int:
+        """Buffer one rollout (its prediction row with its traces and flags); returns the
+        number of buffered rollouts. Nothing is written until :meth:`flush`.
+
+        Within one buffer, a later attempt replaces an earlier pessimistic one of the same key;
+        a completed one is kept (the same rule as in the table).
+        """
+        pred = {c: prediction.get(c) for c in PREDICTION_COLUMNS if c != "created_at"}
+        unknown = set(prediction) - set(PREDICTION_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown prediction column(s) {sorted(unknown)}")
+        _check_run_id(pred["run_id"])
+        if not pred["question_id"] or pred["replicate"] is None:
+            raise ValueError("a prediction needs question_id and replicate")
+        if not pred.get("stop_reason"):
+            pred["stop_reason"] = "error"
+        if pred["failure_kind"] not in (None, "task", "infra"):
+            raise ValueError(
+                f"failure_kind must be None, 'task' or 'infra', got {pred['failure_kind']!r}"
+            )
+        for c in ("skill_files", "evidence", "final_text", "error"):
+            pred[c] = to_text_field(pred[c])
+        key = (str(pred["run_id"]), str(pred["question_id"]), int(pred["replicate"]))
+        trs = [{c: t.get(c) for c in TRACE_COLUMNS} for t in traces]
+        fls = [
+            {
+                c: to_text_field(f.get(c)) if c == "detail" else f.get(c)
+                for c in FLAG_COLUMNS
+                if c != "created_at"
+            }
+            for f in flags
+        ]
+        for r in (*trs, *fls):
+            r["run_id"], r["question_id"], r["replicate"] = key
+        with self._buf_lock:
+            old = self._buffer.get(key)
+            if old is None or old[0]["stop_reason"] == "error":
+                self._buffer[key] = (pred, trs, fls)
+            return len(self._buffer)
+
+    @property
+    def pending(self) -> int:
+        """Buffered rollouts not yet written."""
+        with self._buf_lock:
+            return len(self._buffer)
+
+    def flush(self) -> int:
+        """Write the buffered rollouts in one transaction; returns how many were buffered."""
+        with self._buf_lock:
+            batch, self._buffer = self._buffer, {}
+        if not batch:
+            return 0
+        preds = pd.DataFrame(
+            [p for p, _, _ in batch.values()],
+            columns=[c for c in PREDICTION_COLUMNS if c != "created_at"],
+        )
+        trs = pd.DataFrame(
+            [t for _, ts, _ in batch.values() for t in ts], columns=list(TRACE_COLUMNS)
+        )
+        fls = pd.DataFrame(
+            [f for _, _, fs in batch.values() for f in fs],
+            columns=[c for c in FLAG_COLUMNS if c != "created_at"],
+        )
+        try:
+            with self.transaction() as con:
+                _write_batch(con, preds, trs, fls)
+        except duckdb.ConstraintException:
+            raise  # a bug in the rows: retrying the same rows cannot succeed
+        except BaseException:
+            with self._buf_lock:  # keep the rows for the next flush (unless newer ones arrived)
+                for k, v in batch.items():
+                    self._buffer.setdefault(k, v)
+            raise
+        return len(batch)
+
+
+_OPEN_TOKEN = object()
+
+_KEY = "run_id, question_id, replicate"
+
+
+def _write_batch(
+    con: duckdb.DuckDBPyConnection, preds: pd.DataFrame, trs: pd.DataFrame, fls: pd.DataFrame
+) -> None:
+    pcols = [c for c in PREDICTION_COLUMNS if c != "created_at"]
+    fcols = [c for c in FLAG_COLUMNS if c != "created_at"]
+    con.register("_in_pred", preds)
+    con.register("_in_trace", trs)
+    con.register("_in_flag", fls)
+    try:
+        # Rollouts that will land: new keys, or keys whose stored row is still pessimistic.
+        con.execute(
+            """CREATE OR REPLACE TEMP TABLE _accepted AS
+                SELECT i.run_id, i.question_id, CAST(i.replicate AS INTEGER) AS replicate
+                FROM _in_pred i LEFT JOIN predictions p
+                  ON p.run_id = i.run_id AND p.question_id = i.question_id
+                 AND p.replicate = i.replicate
+                WHERE p.run_id IS NULL OR p.stop_reason = 'error'"""
+        )
+        for table in ("traces", "flags"):
+            con.execute(f"DELETE FROM {table} WHERE ({_KEY}) IN (SELECT ({_KEY}) FROM _accepted)")
+        updates = ", ".join(f"{c} = excluded.{c}" for c in pcols if c not in _KEY.split(", "))
+        con.execute(
+            f"""INSERT INTO predictions ({", ".join(pcols)})
+                SELECT {", ".join(_cast(c) for c in pcols)} FROM _in_pred
+                ON CONFLICT ({_KEY}) DO UPDATE SET {updates}, created_at = now()
+                WHERE predictions.stop_reason = 'error'"""
+        )
+        if len(trs):
+            con.execute(
+                f"""INSERT OR IGNORE INTO traces ({", ".join(TRACE_COLUMNS)})
+                    SELECT {", ".join(_cast(c, "t") for c in TRACE_COLUMNS)} FROM _in_trace t
+                    SEMI JOIN _accepted a ON a.run_id = t.run_id
+                     AND a.question_id = t.question_id AND a.replicate = t.replicate"""
+            )
+        if len(fls):
+            con.execute(
+                f"""INSERT OR IGNORE INTO flags ({", ".join(fcols)})
+                    SELECT {", ".join(_cast(c, "f") for c in fcols)} FROM _in_flag f
+                    SEMI JOIN _accepted a ON a.run_id = f.run_id
+                     AND a.question_id = f.question_id AND a.replicate = f.replicate"""
+            )
+    finally:
+        for name in ("_in_pred", "_in_trace", "_in_flag"):
+            with suppress(duckdb.Error):  # an aborted transaction refuses; re-register replaces
+                con.unregister(name)
+
+
+_CASTS = {
+    "replicate": "INTEGER",
+    "seq": "INTEGER",
+    "step": "INTEGER",
+    "correct": "BOOLEAN",
+    "n_llm_calls": "INTEGER",
+    "n_tool_calls": "INTEGER",
+    "n_tool_errors": "INTEGER",
+    "prompt_tokens": "BIGINT",
+    "completion_tokens": "BIGINT",
+    "result_chars": "INTEGER",
+    "latency_s": "DOUBLE",
+    "seed": "BIGINT",
+}
+
+
+def _cast(col: str, alias: str | None = None) -> str:
+    """Columns of an all-NULL pandas batch have no type: cast every column explicitly."""
+    ref = f"{alias}.{col}" if alias else col
+    return f"CAST({ref} AS {_CASTS.get(col, 'VARCHAR')}) AS {col}"
+
+
+def _check_run_id(run_id: Any) -> None:
+    if not isinstance(run_id, str) or not run_id.strip():
+        raise ValueError(f"run_id must be a non-empty string, got {run_id!r}")
+
+
+def _busy_error(path: Path, e: Exception) -> RunLogBusyError:
+    msg = str(e)
+    m = re.search(r"PID (\d+)", msg)
+    holder = f"process {m.group(1)}" if m else "another process"
+    return RunLogBusyError(
+        f"{path}: the run log is locked for writing by {holder} (a training run or another "
+        "writer). Retry when it finishes; this error is retryable."
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# the read-only reader
+
+
+class RunLogReader(_Queries):
+    """Read-only access to a run log. Use :meth:`open`; close with :meth:`close` or ``with``."""
+
+    def __init__(
+        self, path: Path, con: duckdb.DuckDBPyConnection, lock: threading.Lock, owned: bool
+    ) -> None:
+        self.path = path
+        self._con = con
+        self._lock = lock
+        self._owned = owned
+
+    @classmethod
+    def open(cls, path: str | Path, *, retries: int = 0, wait_s: float = 0.5) -> RunLogReader:
+        """Open ``path`` read-only.
+
+        In the process that holds the writer, reads go through the writer (after a flush).
+        Elsewhere the file is opened ``read_only``; if a writer in another process holds the lock,
+        retry ``retries`` times ``wait_s`` apart, then raise :class:`RunLogBusyError`.
+        """
+        p = Path(path).resolve()
+        with _WRITERS_LOCK:
+            writer = _WRITERS.get(p)
+        if writer is not None and not writer._closed:
+            writer.flush()
+            return cls(p, writer._con, writer._lock, owned=False)
+        if not p.exists():
+            raise RunLogError(f"{p}: no run log here (no run has been recorded yet?)")
+        for attempt in range(retries + 1):
+            try:
+                con = duckdb.connect(str(p), read_only=True)
+            except duckdb.IOException as e:
+                if attempt >= retries:
+                    raise _busy_error(p, e) from None
+                time.sleep(wait_s)
+            except duckdb.Error as e:
+                raise RunLogError(f"{p}: cannot open the run log read-only ({e})") from None
+            else:
+                return cls(p, con, threading.Lock(), owned=True)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self._owned:
+            with self._lock:
+                self._con.close()
+
+    def __enter__(self) -> RunLogReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

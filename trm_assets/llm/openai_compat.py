@@ -1,0 +1,444 @@
+"""The real LLM path: any OpenAI-compatible ``/v1/chat/completions`` endpoint (vLLM, Ollama,
+llama.cpp server, OpenAI …), implementing :class:`~trm_assets.llm.protocol.LLMProvider`.
+
+Built on ``httpx`` directly (not the openai SDK): see ``docs/decision-openai-client.md``.
+
+Error policy (GATE.md §2; the protocol module states the contract):
+
+================================================  ==========================================
+outcome                                           raised / returned
+================================================  ==========================================
+200 with a valid chat completion                  :class:`ChatResponse` (even if the text is
+                                                  empty or wrong: judging it is the caller's)
+429, any 5xx, connection error, timeout,          retried with exponential backoff + jitter
+200 that is not a chat completion                 (``Retry-After`` honoured, capped); after
+                                                  ``max_retries`` → :class:`InfraError`
+400 "context length exceeded"                     :class:`ContextLengthExceeded`, not retried:
+                                                  the conversation is too long for the model,
+                                                  a *task* failure of this rollout
+any other 4xx (400, 401, 403, 404, 422 …)         :class:`ProviderRequestError`, not retried:
+                                                  a systemic/configuration error (bad key,
+                                                  model name, URL or request) that must stop
+                                                  the run, not be scored as data
+================================================  ==========================================
+
+Secrets: the API key is a :class:`pydantic.SecretStr`, turned into an ``Authorization`` header
+per request and never stored elsewhere; ``repr``, log lines and exception messages show only
+whether a key is set, and any echo of the key in a server's error body is masked.
+
+Concurrency: at most ``max_concurrency`` requests in flight per provider (an ``asyncio.Semaphore``
+per event loop; the provider can be reused across ``asyncio.run`` calls, each loop gets its own
+connection pool and semaphore). Usage and cost are accumulated over the provider's life.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import threading
+import time
+import uuid
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from trm_assets.domain.errors import TrmError
+from trm_assets.llm.protocol import ChatResponse, InfraError, Message, ToolCall, ToolSpec, Usage
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429})  # plus every 5xx
+_CONTEXT_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "too many tokens",
+    "prompt is too long",
+    "exceeds the context",
+)
+_BODY_EXCERPT = 300
+
+
+class ProviderRequestError(TrmError, RuntimeError):
+    """The endpoint refused the request (4xx other than 429): a configuration or systemic error.
+
+    Not an :class:`InfraError`: retrying cannot help and the gate must not score it as data.
+    ``status`` is the HTTP status.
+    """
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ContextLengthExceeded(ProviderRequestError):
+    """HTTP 400 because the conversation exceeds the model's context window (a task failure)."""
+
+
+@dataclass(frozen=True)
+class ProviderStats:
+    """Counters of one provider (for logs and reports; no secrets)."""
+
+    calls: int
+    retries: int
+    infra_errors: int
+    usage: Usage
+    cost_usd: float | None
+
+
+class _LoopState:
+    def __init__(self, client: httpx.AsyncClient, max_concurrency: int) -> None:
+        self.client = client
+        self.semaphore = asyncio.Semaphore(max_concurrency)
+
+
+class OpenAICompatProvider:
+    """Chat completions with tools over HTTP. See the module docstring for the error policy.
+
+    ``base_url`` is the API root (``http://127.0.0.1:8000/v1``); requests go to
+    ``{base_url}/chat/completions``. ``timeout_s`` bounds one HTTP attempt (connect + read);
+    ``max_retries`` counts retries after the first attempt. Prices, when given, are per 1000
+    tokens and feed :attr:`cost_usd`.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: SecretStr | None = None,
+        timeout_s: float = 60.0,
+        max_retries: int = 4,
+        max_concurrency: int = 16,
+        price_prompt_per_1k: float | None = None,
+        price_completion_per_1k: float | None = None,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 20.0,
+        rng: random.Random | None = None,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        if not base_url or not base_url.startswith(("http://", "https://")):
+            raise ValueError(
+                "base_url must be an http(s) URL such as http://127.0.0.1:8000/v1, "
+                f"got {base_url!r}"
+            )
+        if not model:
+            raise ValueError("model must be a non-empty model name")
+        if api_key is not None and not isinstance(api_key, SecretStr):
+            raise TypeError("api_key must be a pydantic SecretStr (or None), never a plain str")
+        if timeout_s <= 0 or max_retries < 0 or max_concurrency < 1:
+            raise ValueError(
+                "timeout_s must be > 0, max_retries >= 0 and max_concurrency >= 1 "
+                f"(got {timeout_s}, {max_retries}, {max_concurrency})"
+            )
+        self._base_url = base_url.rstrip("/")
+        self._url = self._base_url + "/chat/completions"
+        self._model = model
+        self._api_key = api_key
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.max_concurrency = int(max_concurrency)
+        self.price_prompt_per_1k = price_prompt_per_1k
+        self.price_completion_per_1k = price_completion_per_1k
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self._rng = rng or random.Random()
+        self._extra_body = dict(extra_body or {})
+        self._lock = threading.Lock()
+        self._usage = Usage()
+        self._calls = 0
+        self._retries = 0
+        self._infra_errors = 0
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # -- LLMProvider -------------------------------------------------------------------------
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def usage(self) -> Usage:
+        with self._lock:
+            return self._usage
+
+    @property
+    def is_simulated(self) -> bool:
+        return False
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    @property
+    def cost_usd(self) -> float | None:
+        """Accumulated cost from the configured prices, or None when no price is set."""
+        if self.price_prompt_per_1k is None and self.price_completion_per_1k is None:
+            return None
+        u = self.usage
+        return (
+            u.prompt_tokens * (self.price_prompt_per_1k or 0.0)
+            + u.completion_tokens * (self.price_completion_per_1k or 0.0)
+        ) / 1000.0
+
+    def stats(self) -> ProviderStats:
+        with self._lock:
+            calls, retries, infra, usage = (
+                self._calls,
+                self._retries,
+                self._infra_errors,
+                self._usage,
+            )
+        return ProviderStats(calls, retries, infra, usage, self.cost_usd)
+
+    def __repr__(self) -> str:
+        key = "set" if self._api_key is not None else "unset"
+        return (
+            f"OpenAICompatProvider(model={self._model!r}, base_url={self._base_url!r}, "
+            f"api_key={key}, timeout_s={self.timeout_s}, max_retries={self.max_retries}, "
+            f"max_concurrency={self.max_concurrency})"
+        )
+
+    __str__ = __repr__
+
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+    ) -> ChatResponse:
+        body: dict[str, Any] = {
+            "model": self._model,
+            "messages": messages,
+            "temperature": temperature,
+        }
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = "auto"
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if seed is not None:
+            body["seed"] = seed
+        body.update(self._extra_body)
+        payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        state = self._state()
+        async with state.semaphore:
+            return await self._post_with_retries(state.client, payload)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the connection pool of the running event loop (others close with their loop)."""
+        loop = asyncio.get_running_loop()
+        state = self._loops.pop(loop, None)
+        if state is not None:
+            await state.client.aclose()
+
+    async def __aenter__(self) -> OpenAICompatProvider:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _state(self) -> _LoopState:
+        loop = asyncio.get_running_loop()
+        state = self._loops.get(loop)
+        if state is None:
+            limits = httpx.Limits(
+                max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency
+            )
+            client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout_s),
+                limits=limits,
+                headers={"Content-Type": "application/json", "Accept": "application/json"},
+                follow_redirects=False,
+            )
+            state = self._loops[loop] = _LoopState(client, self.max_concurrency)
+        return state
+
+    def _headers(self) -> dict[str, str]:
+        if self._api_key is None:
+            return {}
+        return {"Authorization": "Bearer " + self._api_key.get_secret_value()}
+
+    def _mask(self, text: str) -> str:
+        if self._api_key is not None:
+            secret = self._api_key.get_secret_value()
+            if secret:
+                text = text.replace(secret, "**********")
+        return text
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        delay = float(min(self.backoff_max_s, self.backoff_base_s * (2**attempt)))
+        delay = delay * (0.5 + 0.5 * self._rng.random())  # "equal jitter": [d/2, d)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.backoff_max_s))
+        return delay
+
+    async def _post_with_retries(self, client: httpx.AsyncClient, payload: bytes) -> ChatResponse:
+        attempts = self.max_retries + 1
+        last: InfraError | None = None
+        for attempt in range(attempts):
+            t0 = time.perf_counter()
+            retry_after: float | None = None
+            try:
+                resp = await client.post(self._url, content=payload, headers=self._headers())
+            except httpx.TimeoutException:
+                last = InfraError(
+                    "timeout", f"no response from {self._url} within {self.timeout_s:g} s"
+                )
+            except httpx.TransportError as e:  # connect errors, resets, protocol errors
+                last = InfraError("connection", f"{type(e).__name__} talking to {self._url}")
+            else:
+                latency = time.perf_counter() - t0
+                status = resp.status_code
+                if status == 200:
+                    try:
+                        out = self._parse(resp.content, latency)
+                    except InfraError as e:
+                        last = e
+                    else:
+                        with self._lock:
+                            self._calls += 1
+                            self._usage = self._usage + out.usage
+                        log.debug(
+                            "chat %s: %d+%d tokens in %.3f s",
+                            self._model,
+                            out.usage.prompt_tokens,
+                            out.usage.completion_tokens,
+                            latency,
+                        )
+                        return out
+                elif status >= 500 or status in RETRYABLE_STATUS:
+                    retry_after = _retry_after(resp.headers.get("retry-after"))
+                    last = InfraError(
+                        "http_status",
+                        f"HTTP {status} from {self._url}: {self._excerpt(resp)}",
+                        status=status,
+                    )
+                else:
+                    raise self._request_error(resp)
+            if attempt + 1 < attempts:
+                delay = self._backoff(attempt, retry_after)
+                with self._lock:
+                    self._retries += 1
+                log.warning(
+                    "%s (attempt %d/%d); retrying in %.2f s", last, attempt + 1, attempts, delay
+                )
+                await asyncio.sleep(delay)
+        assert last is not None
+        with self._lock:
+            self._infra_errors += 1
+        raise InfraError(
+            last.kind,
+            f"{_strip_kind(last)} (gave up after {attempts} attempt(s))",
+            status=last.status,
+        )
+
+    def _excerpt(self, resp: httpx.Response) -> str:
+        text = resp.text.strip().replace("\n", " ")
+        if len(text) > _BODY_EXCERPT:
+            text = text[:_BODY_EXCERPT] + "…"
+        return self._mask(text) or "(empty body)"
+
+    def _request_error(self, resp: httpx.Response) -> ProviderRequestError:
+        status = resp.status_code
+        body = self._excerpt(resp)
+        lowered = body.lower()
+        if status in (400, 413) and any(m in lowered for m in _CONTEXT_MARKERS):
+            return ContextLengthExceeded(
+                f"HTTP {status} from {self._url}: the conversation exceeds the context window of "
+                f"model {self._model!r}: {body}",
+                status=status,
+            )
+        hint = {
+            401: "the API key was rejected: check TRM_LLM_API_KEY",
+            403: "the API key is not allowed to use this model or endpoint",
+            404: f"no such endpoint or model: check the base URL ({self._base_url}) and the "
+            f"model name ({self._model!r})",
+        }.get(status, "the server refused the request; it will not succeed on retry")
+        return ProviderRequestError(
+            f"HTTP {status} from {self._url}: {hint}. Server said: {body}", status=status
+        )
+
+    def _parse(self, raw: bytes, latency: float) -> ChatResponse:
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise InfraError(
+                "invalid_response", f"{self._url} returned a body that is not JSON"
+            ) from None
+        try:
+            choice = data["choices"][0]
+            message = choice["message"]
+            if not isinstance(message, dict):
+                raise TypeError("message is not an object")
+            content = message.get("content")
+            if content is not None and not isinstance(content, str):
+                content = _content_text(content)
+            calls = []
+            for i, c in enumerate(message.get("tool_calls") or []):
+                fn = c["function"]
+                args = fn.get("arguments")
+                if args is None:
+                    args = "{}"
+                elif not isinstance(args, str):  # some servers send an object
+                    args = json.dumps(args, ensure_ascii=False)
+                calls.append(
+                    ToolCall(
+                        id=str(c.get("id") or f"call_{i}_{uuid.uuid4().hex[:8]}"),
+                        name=str(fn["name"]),
+                        arguments=args,
+                    )
+                )
+            u = data.get("usage") or {}
+            usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise InfraError(
+                "invalid_response",
+                f"{self._url} returned JSON that is not a chat completion "
+                f"({type(e).__name__}: {e})",
+            ) from None
+        return ChatResponse(
+            content=content,
+            tool_calls=tuple(calls),
+            usage=usage,
+            model=str(data.get("model") or self._model),
+            finish_reason=str(choice.get("finish_reason") or "stop"),
+            latency_s=latency,
+        )
+
+
+def _content_text(content: Any) -> str:
+    """Join the text parts of a list-of-parts content (some servers return that shape)."""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: ignore, the backoff applies
+
+
+def _strip_kind(e: InfraError) -> str:
+    text = str(e)
+    prefix = f"{e.kind}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text

@@ -1,0 +1,240 @@
+"""The DuckDB run log: schema, idempotent inserts, the pessimistic-row overwrite, readers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trm_assets.harness.runlog import (
+    DDL,
+    FLAG_VALIDATION,
+    RunLog,
+    RunLogBusyError,
+    RunLogError,
+    RunLogReader,
+    to_text_field,
+)
+
+
+def pred(qid: str = "q1", rep: int = 0, **kw: Any) -> dict[str, Any]:
+    row = {
+        "run_id": "run_a",
+        "question_id": qid,
+        "replicate": rep,
+        "task_type": "OCR Problems",
+        "truth": "A",
+        "predicted": "A",
+        "correct": True,
+        "stop_reason": "answer",
+        "failure_kind": None,
+        "n_llm_calls": 2,
+        "seed": 123,
+    }
+    row.update(kw)
+    return row
+
+
+def traces(n: int, tag: str = "x") -> list[dict[str, Any]]:
+    return [
+        {"seq": i, "step": i // 2, "role": "assistant", "content": f"{tag}{i}"} for i in range(n)
+    ]
+
+
+def flag(name: str = "free_text_answer", detail: Any = None) -> dict[str, Any]:
+    return {"kind": FLAG_VALIDATION, "name": name, "detail": detail or {"letter": "A"}}
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Any:
+    with RunLog.open(tmp_path / "runs.duckdb") as lg:
+        yield lg
+
+
+def count(log: RunLog, table: str) -> int:
+    return log.query(f"SELECT count(*) AS n FROM {table}")[0]["n"]
+
+
+def test_schema_has_primary_keys(log: RunLog) -> None:
+    assert set(DDL) == {"schema_info", "runs", "predictions", "traces", "flags"}
+    pks = {
+        r["table_name"]: r["constraint_column_names"]
+        for r in log.query(
+            "SELECT table_name, constraint_column_names FROM duckdb_constraints() "
+            "WHERE constraint_type = 'PRIMARY KEY'"
+        )
+    }
+    assert pks["predictions"] == ["run_id", "question_id", "replicate"]
+    assert pks["traces"] == ["run_id", "question_id", "replicate", "seq"]
+    assert pks["flags"] == ["run_id", "question_id", "replicate", "kind", "name"]
+    assert pks["runs"] == ["run_id"]
+
+
+def test_reinserting_a_completed_rollout_is_a_no_op(log: RunLog) -> None:
+    log.add_rollout(pred(), traces(3), [flag()])
+    log.flush()
+    log.add_rollout(
+        pred(predicted="C", correct=False, failure_kind="task"), traces(5, "y"), [flag("other")]
+    )
+    log.flush()
+    rows = log.predictions("run_a")
+    assert len(rows) == 1 and rows[0]["predicted"] == "A" and rows[0]["correct"] is True
+    assert [t["content"] for t in log.traces("run_a")] == ["x0", "x1", "x2"]
+    assert [f["name"] for f in log.flags("run_a")] == ["free_text_answer"]
+
+
+def test_a_pessimistic_row_is_overwritten_with_its_traces(log: RunLog) -> None:
+    log.add_rollout(
+        pred(
+            stop_reason="error",
+            correct=None,
+            predicted=None,
+            failure_kind="infra",
+            error="infra: timeout",
+        ),
+        traces(4, "old"),
+    )
+    log.flush()
+    assert log.correctness("run_a") == {("q1", 0): None}
+    log.add_rollout(pred(), traces(2, "new"), [flag()])
+    log.flush()
+    row = log.predictions("run_a")[0]
+    assert (row["stop_reason"], row["correct"], row["failure_kind"], row["error"]) == (
+        "answer",
+        True,
+        None,
+        None,
+    )
+    assert [t["content"] for t in log.traces("run_a")] == ["new0", "new1"]
+    assert log.correctness("run_a") == {("q1", 0): True}
+
+
+def test_buffer_applies_the_same_rule_within_one_batch(log: RunLog) -> None:
+    log.add_rollout(pred(stop_reason="error", correct=None))
+    log.add_rollout(pred(predicted="B", correct=False, failure_kind="task"))
+    log.add_rollout(pred(predicted="C", correct=False, failure_kind="task"))  # completed kept
+    assert log.pending == 1
+    assert log.flush() == 1 and log.pending == 0
+    assert log.predictions("run_a")[0]["predicted"] == "B"
+
+
+def test_non_string_fields_are_json_and_failure_kind_is_checked(log: RunLog) -> None:
+    log.add_rollout(
+        pred(evidence={"b": 1, "a": [1, 2]}, skill_files=["x.md"]), [], [flag(detail={"n": 3})]
+    )
+    log.flush()
+    row = log.predictions("run_a")[0]
+    assert row["evidence"] == '{"a": [1, 2], "b": 1}' and row["skill_files"] == '["x.md"]'
+    assert log.flags("run_a")[0]["detail"] == '{"n": 3}'
+    assert to_text_field("plain") == "plain" and to_text_field(None) is None
+    with pytest.raises(ValueError, match="failure_kind"):
+        log.add_rollout(pred("q2", failure_kind="bogus"))
+
+
+def test_run_id_is_required(log: RunLog) -> None:
+    with pytest.raises(ValueError, match="run_id"):
+        log.add_rollout(pred(run_id=""))
+    with pytest.raises(ValueError, match="run_id"):
+        log.begin_run("  ")
+
+
+def test_runs_row_versions_and_counters(log: RunLog) -> None:
+    log.begin_run("run_a", kind="eval", model="m", skill_mode="task", skills_version="v3")
+    log.add_rollout(pred("q1"))
+    log.add_rollout(pred("q2", correct=False, predicted="B", failure_kind="task"))
+    log.add_rollout(pred("q3", correct=None, stop_reason="error", failure_kind="infra"))
+    log.finish_run("run_a", wall_s=1.5)
+    run = log.run("run_a")
+    assert run is not None
+    assert (run["status"], run["n_rollouts"], run["n_correct"]) == ("done", 3, 1)
+    assert (run["n_task_failures"], run["n_infra_failures"], run["accuracy"]) == (1, 1, 0.5)
+    assert run["skills_version"] == "v3" and run["prompts_version"] is None
+    # A second begin (next gate block, resume) keeps versions not given again.
+    log.begin_run("run_a", prompts_version="p2")
+    log.set_run_versions(
+        "run_a", skills_version="v4", prompts_version="p2", questions_ref="data/q.json"
+    )
+    run = log.run("run_a")
+    assert run is not None
+    assert (run["skills_version"], run["prompts_version"], run["questions_ref"]) == (
+        "v4",
+        "p2",
+        "data/q.json",
+    )
+    with pytest.raises(RunLogError, match="begin_run first"):
+        log.set_run_versions("nope", skills_version="v1", prompts_version="p1")
+
+
+def test_run_ids_by_glob(log: RunLog) -> None:
+    for rid in ("base_e1_s1", "base_e1_s2", "base_e1_s2_gate_0", "base_e2_s1", "base_e1_slowR"):
+        log.add_rollout(pred(run_id=rid))
+    log.flush()
+    assert log.run_ids("base_e1_s*", exclude_glob="*_gate_*") == [
+        "base_e1_s1",
+        "base_e1_s2",
+        "base_e1_slowR",
+    ]
+    with pytest.raises(ValueError, match="pattern"):
+        log.run_ids("x'; DROP TABLE runs; --")
+
+
+def test_one_writer_per_process_and_reader_through_it(tmp_path: Path) -> None:
+    path = tmp_path / "runs.duckdb"
+    with RunLog.open(path) as w:
+        assert RunLog.open(str(path)) is w
+        w.add_rollout(pred())
+        with RunLogReader.open(path) as r:  # flushes the writer, reads through its connection
+            assert r.correctness("run_a") == {("q1", 0): True}
+    with RunLogReader.open(path) as r:  # writer closed: a real read-only connection
+        assert len(r.predictions("run_a")) == 1
+        with pytest.raises(Exception, match="read-only"):
+            r.query("DELETE FROM predictions")
+    with pytest.raises(TypeError, match=r"RunLog\.open"):
+        RunLog(path)
+
+
+def test_reader_in_another_process_gets_a_retryable_busy_error(tmp_path: Path) -> None:
+    path = tmp_path / "runs.duckdb"
+    RunLog.open(path).close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, time
+                from trm_assets.harness.runlog import RunLog
+                log = RunLog.open({str(path)!r})
+                print("ready", flush=True)
+                sys.stdin.readline()
+                log.close()
+                """
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        with pytest.raises(
+            RunLogBusyError, match=rf"locked for writing by process {holder.pid}"
+        ) as ei:
+            RunLogReader.open(path, retries=1, wait_s=0.05)
+        assert ei.value.retryable
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        holder.wait(timeout=20)
+    with RunLogReader.open(path) as r:  # released: readable again
+        assert r.runs() == []
+
+
+def test_missing_file_is_explained(tmp_path: Path) -> None:
+    with pytest.raises(RunLogError, match="no run log here"):
+        RunLogReader.open(tmp_path / "none.duckdb")
