@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: run test lint ui clean
+UI_PORT ?= 3000
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +24,10 @@ test: $(STAMP)
 	$(BIN)/ruff format --check trm_assets trm_assets_tests
 	$(BIN)/mypy trm_assets/domain trm_assets/harness/config.py
 	$(BIN)/pytest -q
+
+# The Dagster UI and daemon (for the epoch sensor) on 127.0.0.1, against the project's instance.
+ui: $(STAMP)
+	DAGSTER_HOME=$(CURDIR)/dagster_home $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check trm_assets trm_assets_tests

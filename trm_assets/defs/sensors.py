@@ -1,0 +1,105 @@
+"""``epoch_sensor``: launches the next unit of training, strictly one mutating run at a time.
+
+The decision is the planner's (:func:`trm_assets.harness.plan.next_action`, shared with
+``trm train``); the sensor only translates it into a run request, adds the epoch/step partitions
+it needs, and refuses to launch while any run is in progress or after a failed run that a human
+must look at.
+"""
+
+import json
+
+import dagster as dg
+
+from trm_assets.defs.jobs import finalize, gate_step, slow_update, slow_update_run_config
+from trm_assets.defs.partitions import epoch_key, epochs, step_key, steps
+from trm_assets.defs.resources import TrmResource
+from trm_assets.harness.plan import Action, next_action, progress_of
+from trm_assets.harness.state import load_state
+from trm_assets.harness.units import unit_key
+
+IN_PROGRESS = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+FAILED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+UNIT_TAG = "trm/unit"
+WORKSPACE_TAG = "trm/workspace"
+
+
+def planned_action(trm: TrmResource) -> Action:
+    """The planner's next unit for the resource's workspace (``init`` before ``trm init``)."""
+    cfg = trm.run_config()
+    state_path = trm.workspace_dir() / "state.json"
+    state = load_state(state_path, cfg) if state_path.exists() else None
+    return next_action(progress_of(state, cfg))
+
+
+def dagster_unit(action: Action) -> Action:
+    """Init runs inside the first step's run (one Dagster run per unit otherwise)."""
+    return Action("step", epoch=0, step=0) if action.kind == "init" else action
+
+
+def run_request_for(
+    action: Action, trm: TrmResource, counter: int
+) -> tuple[dg.RunRequest, list[dg.AddDynamicPartitionsRequest]]:
+    unit = dagster_unit(action)
+    tags = {UNIT_TAG: unit_key(unit), WORKSPACE_TAG: trm.workspace}
+    run_key = f"{trm.workspace}:{unit_key(unit)}#{counter}"
+    if unit.kind == "step":
+        assert unit.epoch is not None and unit.step is not None
+        e, s = epoch_key(unit.epoch), step_key(unit.step)
+        req = dg.RunRequest(
+            run_key=run_key,
+            job_name=gate_step.name,
+            partition_key=dg.MultiPartitionKey({"epoch": e, "step": s}),
+            tags=tags,
+        )
+        return req, [epochs.build_add_request([e]), steps.build_add_request([s])]
+    if unit.kind == "slow_update":
+        assert unit.epoch is not None
+        req = dg.RunRequest(
+            run_key=run_key,
+            job_name=slow_update.name,
+            run_config=slow_update_run_config(unit.epoch),
+            tags=tags,
+        )
+        return req, [epochs.build_add_request([epoch_key(unit.epoch)])]
+    return dg.RunRequest(run_key=run_key, job_name=finalize.name, tags=tags), []
+
+
+@dg.sensor(
+    jobs=[gate_step, slow_update, finalize],
+    minimum_interval_seconds=5,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description="Launches the next step / slow update / finalize of the workspace's training.",
+)
+def epoch_sensor(context: dg.SensorEvaluationContext, trm: TrmResource):
+    active = context.instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS), limit=1)
+    if active:
+        run = active[0]
+        return dg.SkipReason(
+            f"run {run.run_id} ({run.job_name}) is {run.status.value}: one mutating run at a time"
+        )
+    action = planned_action(trm)
+    if action.kind == "done":
+        return dg.SkipReason(f"training finished ({action.reason}); nothing to launch")
+    unit = dagster_unit(action)
+    last = context.instance.get_runs(
+        filters=dg.RunsFilter(tags={WORKSPACE_TAG: trm.workspace}), limit=1
+    )
+    if last and last[0].status in FAILED and last[0].tags.get(UNIT_TAG) == unit_key(unit):
+        run = last[0]
+        return dg.SkipReason(
+            f"the last run for {unit.describe()} ({run.run_id}) ended {run.status.value}; not "
+            "relaunching it. Read its logs in the UI, fix the cause, then re-execute that run "
+            "from the UI or run `trm train --resume`; the sensor continues once the workspace "
+            "has moved past this unit."
+        )
+    cursor = json.loads(context.cursor) if context.cursor else {"launched": 0}
+    counter = int(cursor["launched"]) + 1
+    request, partition_requests = run_request_for(action, trm, counter)
+    context.update_cursor(json.dumps({"launched": counter}))
+    return dg.SensorResult(run_requests=[request], dynamic_partitions_requests=partition_requests)
