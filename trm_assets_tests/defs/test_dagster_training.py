@@ -4,6 +4,7 @@ hash, and the epoch sensor's decisions (launch, in-progress skip, failed-run ski
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def test_every_job_resolves_and_slow_update_has_ten_ops_in_order() -> None:
     assert [op.name for op in SLOW_OPS] == SLOW_NAMES
     assert job.executor_def is dg.in_process_executor
     deps = job.graph.dependency_structure
-    for prev, nxt in zip(SLOW_NAMES, SLOW_NAMES[1:], strict=False):
+    for prev, nxt in itertools.pairwise(SLOW_NAMES):
         upstream = [o.node_name for o in deps.all_upstream_outputs_from_node(nxt)]
         assert upstream == [prev]
 

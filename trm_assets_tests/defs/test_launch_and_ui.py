@@ -3,6 +3,7 @@ and the real web UI in headless Chromium showing an epoch's accuracy and a skill
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -154,10 +155,8 @@ def test_ui_shows_epoch_accuracy_and_skill_hash(
             page = browser.new_page(viewport={"width": 1600, "height": 1400})
             page.goto(f"{webserver}/assets/epoch_eval?view=partitions&partition=e0")
             skip = page.get_by_role("button", name="Skip")
-            try:
+            with contextlib.suppress(sync_api.TimeoutError):
                 skip.click(timeout=8000)  # the first-visit newsletter dialog
-            except sync_api.TimeoutError:
-                pass
             page.get_by_text(accuracy).first.wait_for(timeout=30000)
             page.get_by_text(digest[:16]).first.wait_for(timeout=30000)
             page.screenshot(path=str(shot), full_page=True)
