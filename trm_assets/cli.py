@@ -98,6 +98,9 @@ def data_check(paths: tuple[str, ...], as_json: bool) -> None:
     lazy={
         "gate": ("trm_assets.bench.gate:cli", "Gate decision quality (GATE §10.3)."),
         "inference": ("trm_assets.bench.inference:cli", "Inference throughput vs the ideal."),
+        "optimizer": ("trm_assets.bench.optimizer:cli", "Gate policies on the SIMULATED world."),
+        "overhead": ("trm_assets.bench.overhead:cli", "Harness and Dagster overhead."),
+        "reliability": ("trm_assets.bench.reliability:cli", "Kill-anywhere resume check."),
     },
 )
 def bench() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -22,12 +23,21 @@ class LazyGroup(click.Group):
         super().__init__(*args, **kw)
         self._lazy = lazy or {}
 
+    def _available(self) -> dict[str, tuple[str, str]]:
+        """Lazy entries whose module exists in this installation."""
+        return {
+            name: entry
+            for name, entry in self._lazy.items()
+            if importlib.util.find_spec(entry[0].partition(":")[0]) is not None
+        }
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self._lazy})
+        return sorted({*super().list_commands(ctx), *self._available()})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self._lazy:
-            module, help_text = self._lazy[cmd_name]
+        lazy = self._available()
+        if cmd_name in lazy:
+            module, help_text = lazy[cmd_name]
             mod_name, _, attr = module.partition(":")
             cmd = getattr(importlib.import_module(mod_name), attr)
             if not isinstance(cmd, click.Command):
