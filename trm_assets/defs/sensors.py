@@ -7,6 +7,7 @@ must look at.
 """
 
 import json
+import warnings
 
 import dagster as dg
 
@@ -68,6 +69,10 @@ def run_request_for(
         )
         return req, [epochs.build_add_request([epoch_key(unit.epoch)])]
     return dg.RunRequest(run_key=run_key, job_name=finalize.name, tags=tags), []
+
+
+# dagster's own @sensor passes its beta ``owners`` parameter internally; not our usage.
+warnings.filterwarnings("ignore", message="Parameter `owners`", category=dg.BetaWarning)
 
 
 @dg.sensor(
