@@ -1,0 +1,175 @@
+"""``trm train --dry-run``: a pre-flight estimate of the rollouts per epoch by phase, and a
+warning when the configuration cannot reach a single gate decision.
+
+Phases (rollouts of the agent; every decision's actual rollouts and tokens are accounted in the
+state's ledger during the run, see :meth:`~trm_assets.harness.state.TrainState.charge`):
+
+* ``step_rollouts`` — the epoch's batches (exact: the batches of epoch 0 are computed);
+* ``gates_max`` — every task type of every batch gated, each gate running to its maximum
+  ``d_max`` positions on both arms (the baseline cache only lowers this);
+* ``R``, ``R2`` — the validation pool (R2 at most once per epoch);
+* ``holdout_max`` — the four-way report on the test pool (pairs already evaluated are reused).
+
+The reachability check asks the kernel itself: a gate of ``d_max`` positions is fed blocks in
+which the candidate wins every pair; if no ACCEPT is ever reached, no edit of that task type can
+be accepted under these settings (e.g. validation pools too small for the block/pass settings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trm_assets.domain.batching import make_batches
+from trm_assets.domain.gate import (
+    Verdict,
+    chunk_plan,
+    default_passes,
+    gate_decision,
+    gate_plan,
+    new_gate_state,
+    pair_block,
+)
+from trm_assets.domain.pools import Pools
+from trm_assets.domain.question import Question
+from trm_assets.harness.config import RunConfig
+from trm_assets.harness.context import gate_params_of
+from trm_assets.harness.seeds import rng_for
+from trm_assets.harness.validate import MINIBATCH_SIZE
+
+
+@dataclass(frozen=True)
+class EpochEstimate:
+    step_rollouts: int
+    gates_max: int
+    gate_rollouts_max: int
+    r: int
+    r2: int
+    holdout_max: int
+
+    @property
+    def total_max(self) -> int:
+        return self.step_rollouts + self.gate_rollouts_max + self.r + self.r2 + self.holdout_max
+
+
+@dataclass(frozen=True)
+class BudgetEstimate:
+    init: int
+    per_epoch: EpochEstimate
+    epochs: int
+    final: int
+    d_max: dict[str, int]
+    unreachable: tuple[str, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def total_max(self) -> int:
+        return self.init + self.epochs * self.per_epoch.total_max + self.final
+
+
+def gate_d_max(cfg: RunConfig, pool_size: int) -> int:
+    """The most positions one gate of a task type with ``pool_size`` validation questions visits."""
+    if cfg.gate_policy == "accept_all":
+        return 0
+    if cfg.gate_policy == "minibatch_sum":
+        return min(MINIBATCH_SIZE, pool_size)
+    if cfg.gate_policy == "full_val_point":
+        return pool_size
+    passes = cfg.gate_passes if cfg.gate_passes is not None else default_passes(pool_size)
+    qids = [f"q{i}" for i in range(pool_size)]
+    return len(gate_plan(qids, passes, cfg.gate_block, cfg.gate_max_blocks))
+
+
+def accept_reachable(cfg: RunConfig, d_max: int) -> bool:
+    """Whether a ce_gate of ``d_max`` positions can ACCEPT at all (every pair a candidate win)."""
+    if cfg.gate_policy != "ce_gate":
+        return d_max > 0 or cfg.gate_policy == "accept_all"
+    if d_max < 1:
+        return False
+    params = gate_params_of(cfg)
+    plan = [(f"q{i}", 0) for i in range(d_max)]
+    state = new_gate_state(d_max, params)
+    for chunk in chunk_plan(plan, params.block):
+        keys = list(chunk)
+        block = pair_block(
+            keys, dict.fromkeys(keys, False), dict.fromkeys(keys, True), len(keys), len(keys)
+        )
+        v = gate_decision(state, block, params)
+        if v.verdict is Verdict.ACCEPT:
+            return True
+        if v.verdict is not Verdict.CONTINUE:
+            return False
+    return False
+
+
+def estimate(cfg: RunConfig, questions: tuple[Question, ...], pools: Pools) -> BudgetEstimate:
+    """The dry-run estimate (see the module docstring)."""
+    task = {q.question_id: q.task_type for q in questions}
+    diag = {q: task[q] for q in pools.diagnosis}
+    batches = make_batches(
+        diag,
+        batch_size=cfg.batch_size,
+        min_class_per_batch=cfg.min_class_per_batch,
+        correctness={},
+        rng=rng_for(cfg.seed, "batches", 0),
+    )
+    val_by_type: dict[str, int] = {}
+    for q in pools.validation:
+        val_by_type[task[q]] = val_by_type.get(task[q], 0) + 1
+    d_max = {t: gate_d_max(cfg, n) for t, n in sorted(val_by_type.items())}
+    steps = [batches[s % len(batches)] for s in range(cfg.steps_per_epoch)] if batches else []
+    gates = 0
+    gate_rollouts = 0
+    for b in steps:
+        for t in sorted({task[q] for q in b}):
+            gates += 1
+            gate_rollouts += 2 * d_max.get(t, 0)
+    per_epoch = EpochEstimate(
+        step_rollouts=sum(len(b) for b in steps),
+        gates_max=gates,
+        gate_rollouts_max=gate_rollouts,
+        r=len(pools.validation),
+        r2=len(pools.validation),
+        holdout_max=4 * len(pools.test),
+    )
+    unreachable = tuple(t for t, d in d_max.items() if not accept_reachable(cfg, d))
+    warnings: list[str] = []
+    if not batches:
+        warnings.append("the diagnosis pool is empty: no step can roll out a batch")
+    if d_max and len(unreachable) == len(d_max):
+        warnings.append(
+            "this configuration cannot reach a single gate decision: no task type's gate can ever "
+            f"ACCEPT (d_max per type {d_max}); raise val_size, gate_passes or gate_max_blocks, "
+            "or gate_alpha"
+        )
+    elif unreachable:
+        warnings.append(
+            f"{len(unreachable)} task type(s) can never be accepted by the gate (validation pool "
+            f"too small for the block/pass settings): {', '.join(unreachable)}"
+        )
+    return BudgetEstimate(
+        init=len(pools.validation),
+        per_epoch=per_epoch,
+        epochs=cfg.epochs,
+        final=len(pools.test),
+        d_max=d_max,
+        unreachable=unreachable,
+        warnings=tuple(warnings),
+    )
+
+
+def format_estimate(e: BudgetEstimate) -> str:
+    p = e.per_epoch
+    lines = [
+        "pre-flight estimate (agent rollouts; gates and held-out at their maximum):",
+        f"  init (seed evaluation on validation)   {e.init:>8}",
+        f"  per epoch: step rollouts               {p.step_rollouts:>8}",
+        f"             gates (≤ {p.gates_max:>3} gates, both arms) {p.gate_rollouts_max:>8}",
+        f"             R (full validation)         {p.r:>8}",
+        f"             R2 (full validation, max)   {p.r2:>8}",
+        f"             held-out (4 pairs, max)     {p.holdout_max:>8}",
+        f"             epoch total (max)           {p.total_max:>8}",
+        f"  final test evaluation                  {e.final:>8}",
+        f"  whole run, {e.epochs} epoch(s) (max)          {e.total_max:>8}",
+    ]
+    lines += [f"warning: {w}" for w in e.warnings]
+    return "\n".join(lines)

@@ -1,0 +1,231 @@
+"""What every unit of training work needs, opened once per process: config, data, pools, models,
+tools, the workspace paths and the run log (SPEC 5; seed §15's ``Runner`` dependencies).
+
+A :class:`LoopContext` holds no training state (that is :mod:`trm_assets.harness.state`, on disk):
+a step or a slow-update function can run in a fresh process from the workspace and the config
+alone. ``ctx.paths`` is resolved again on every access because the current version moves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from trm_assets.agent.messages import AgentPrompts, load_agent_prompts
+from trm_assets.agent.tools import Toolbox
+from trm_assets.domain.edits import EditBudgetSchedule
+from trm_assets.domain.gate import GateParams
+from trm_assets.domain.ladder import LadderParams
+from trm_assets.domain.pools import Pools
+from trm_assets.domain.probation import ProbationParams
+from trm_assets.domain.question import DEFAULT_SKILL_FILE, Question, skill_file_name
+from trm_assets.harness.config import RunConfig
+from trm_assets.harness.dataset import Dataset, load_dataset
+from trm_assets.harness.pools_io import build_or_load_pools
+from trm_assets.harness.providers import Providers, build_providers
+from trm_assets.harness.runlog import RunLog
+from trm_assets.harness.settings import Settings
+from trm_assets.harness.store import read_version_files
+from trm_assets.harness.workspace import (
+    ResolvedPaths,
+    WorkspaceError,
+    read_manifest,
+    resolve_paths,
+)
+
+RUN_BASE = "train"  # run ids: train_init, train_e{E}_s{S}, train_e{E}_s{S}_gate_<skill>_base, …
+
+
+@dataclass
+class LoopContext:
+    """Dependencies of the loop (no mutable training state)."""
+
+    workspace: Path
+    cfg: RunConfig
+    dataset: Dataset
+    pools: Pools
+    providers: Providers
+    toolbox: Toolbox
+    base: str = RUN_BASE
+    _log: RunLog | None = field(default=None, repr=False)
+
+    # -- workspace ------------------------------------------------------------------------------
+
+    @property
+    def paths(self) -> ResolvedPaths:
+        return resolve_paths(self.workspace)
+
+    @property
+    def log(self) -> RunLog:
+        """The process's run-log writer (reopened lazily after :meth:`close_log`)."""
+        if self._log is None or self._log._closed:
+            self._log = RunLog.open(self.paths.run_db)
+        return self._log
+
+    def close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    # -- data -----------------------------------------------------------------------------------
+
+    @cached_property
+    def questions(self) -> dict[str, Question]:
+        return self.dataset.by_id()
+
+    def pool_questions(self, name: str) -> list[Question]:
+        return [self.questions[q] for q in self.pools.pool(name)]
+
+    @cached_property
+    def validation_by_type(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {}
+        for qid in self.pools.validation:
+            out.setdefault(self.questions[qid].task_type, []).append(qid)
+        return {t: tuple(sorted(v)) for t, v in sorted(out.items())}
+
+    @cached_property
+    def task_of_skill(self) -> dict[str, str]:
+        return {skill_file_name(t): t for t in self.dataset.task_types}
+
+    # -- versions -------------------------------------------------------------------------------
+
+    def skills(self, version: str) -> dict[str, str]:
+        return read_version_files(self.paths.skills_root, version)
+
+    def prompt_files(self, version: str) -> dict[str, str]:
+        return read_version_files(self.paths.prompts_root, version)
+
+    def agent_prompts(self, version: str) -> AgentPrompts:
+        return load_agent_prompts(self.paths.prompts_root / version)
+
+    def context_hash(self, skills: Mapping[str, str]) -> str:
+        """GATE §6.3 R4: everything besides the task skill and prompts version that changes the
+        baseline's output distribution (model, decoding, max steps, skill mode, other skills)."""
+        others = (
+            {DEFAULT_SKILL_FILE: skills.get(DEFAULT_SKILL_FILE, "")}
+            if self.cfg.skill_mode == "task"
+            else dict(sorted(skills.items()))
+        )
+        blob = json.dumps(
+            {
+                "provider": self.cfg.llm_provider,
+                "model": self.providers.agent.model,
+                "temperature": 0.0,
+                "max_steps": self.cfg.max_agent_steps,
+                "skill_mode": self.cfg.skill_mode,
+                "others": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in others.items()},
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    # -- parameters -----------------------------------------------------------------------------
+
+    def gate_params(self) -> GateParams:
+        return gate_params_of(self.cfg)
+
+    def ladder_params(self) -> LadderParams:
+        c = self.cfg
+        return LadderParams(
+            p_low=c.ladder_p_low,
+            p_high=c.ladder_p_high,
+            gamma=c.ladder_gamma,
+            probe_every=c.ladder_probe_every,
+        )
+
+    def probation_params(self) -> ProbationParams:
+        c = self.cfg
+        return ProbationParams(
+            alpha_harm=c.probation_alpha_harm,
+            rollback_margin=int(c.probation_rollback_margin),
+            min_pairs=c.probation_min_pairs,
+            grid_k=c.gate_grid_k,
+            grid_max=c.gate_grid_max,
+        )
+
+    def budget_schedule(self) -> EditBudgetSchedule:
+        c = self.cfg
+        return EditBudgetSchedule(
+            start=c.edit_budget_start,
+            end=c.edit_budget_end,
+            epochs=c.epochs,
+            steps_per_epoch=c.steps_per_epoch,
+        )
+
+    # -- simulated oracle -----------------------------------------------------------------------
+
+    def expected_accuracy(
+        self, skills_version: str, prompts_version: str, qids: tuple[str, ...] | list[str]
+    ) -> float | None:
+        """The simulated world's noise-free expected accuracy of a version pair (None for a real
+        model: there is no oracle)."""
+        world = self.providers.world
+        if world is None or not qids:
+            return None
+        from trm_assets.llm.sim.oracle import expected_by_question
+
+        prompts = self.agent_prompts(prompts_version)
+        probs = expected_by_question(
+            world,
+            qids,
+            self.skills(skills_version),
+            self.cfg.sim,
+            system_prompt=prompts.system,
+            tool_descriptions=[
+                prompts.tool_descriptions[k] for k in sorted(prompts.tool_descriptions)
+            ],
+            skill_mode=self.cfg.skill_mode,
+        )
+        return sum(probs.values()) / len(probs)
+
+
+def gate_params_of(cfg: RunConfig) -> GateParams:
+    """The kernel's gate parameters from the config (GATE §11 fields)."""
+    return GateParams(
+        alpha=cfg.gate_alpha,
+        mode=cfg.gate_mode,
+        alpha_early=cfg.gate_alpha_early,
+        alpha_harm=cfg.gate_alpha_harm,
+        lambda0=cfg.gate_lambda0,
+        lambda_dir=cfg.gate_lambda_dir,
+        grid_k=cfg.gate_grid_k,
+        grid_max=cfg.gate_grid_max,
+        block=cfg.gate_block,
+        infra_max_rate=cfg.gate_infra_max_rate,
+        infra_min_denominator=cfg.gate_infra_min_denominator,
+    )
+
+
+def open_context(
+    workspace: str | Path, cfg: RunConfig, *, settings: Settings | None = None
+) -> LoopContext:
+    """Load everything a unit of work needs (the workspace must exist: ``trm init``)."""
+    ws = Path(workspace)
+    paths = resolve_paths(ws)
+    ref = read_manifest(ws).questions_ref
+    if Path(ref) != Path(cfg.questions):
+        raise WorkspaceError(
+            f"{paths.manifest}: the workspace was initialised for questions {ref!r} but the config "
+            f"uses {cfg.questions!r}; use the workspace's config ({paths.config}) or `trm init` a "
+            "new workspace"
+        )
+    dataset = load_dataset(cfg)
+    pools = build_or_load_pools(cfg, dataset.questions, paths.pools)
+    providers = build_providers(cfg, settings)
+    return LoopContext(ws, cfg, dataset, pools, providers, Toolbox(dataset.trees))
+
+
+@contextmanager
+def loop_context(
+    workspace: str | Path, cfg: RunConfig, *, settings: Settings | None = None
+) -> Iterator[LoopContext]:
+    ctx = open_context(workspace, cfg, settings=settings)
+    try:
+        yield ctx
+    finally:
+        ctx.close_log()

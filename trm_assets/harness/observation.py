@@ -1,0 +1,156 @@
+"""Observation tables and step/epoch reports in the workspace's run database (SPEC §6, seed §14).
+
+Tables (created idempotently, primary keys on all, inserts are ``INSERT OR REPLACE`` so writing
+the same row twice — a resumed unit of work — leaves one row):
+
+* ``gate_evidence``  one row per question of a gate (``row_kind = 'question'``: ladder position,
+  replicate, both outcomes, sign, quadrant, whether the baseline came from the cache) plus one
+  per block (``row_kind = 'block'``: E⁺, E⁻, Λ, sign-test p, W, L, verdict): a decision can be
+  replayed from it;
+* ``quadrant_pair``  after a gate, each visited question's quadrant (the ladder subset);
+* ``dual_metric_eval``  the slow update's R: hard accuracy, soft score, mixed score;
+* ``shadow_gate``  the mixed-metric shadow of the best argmax (reported, never decides);
+* ``holdout_eval``  the four-way held-out report on the test pool (seed, epoch start, current,
+  best) — a report only, never an input to a decision;
+* ``step_report`` / ``epoch_report``.
+
+**Missing soft/mixed scores are stored as NULL, never 0** (no provider reports a soft score yet).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from trm_assets.harness.runlog import RunLog, RunLogReader
+
+OBS_DDL: Final[dict[str, str]] = {
+    "gate_evidence": """
+        CREATE TABLE IF NOT EXISTS gate_evidence (
+            gate_run_id VARCHAR NOT NULL,
+            row_kind VARCHAR NOT NULL CHECK (row_kind IN ('question', 'block')),
+            block INTEGER NOT NULL,
+            position INTEGER NOT NULL,
+            epoch INTEGER, step INTEGER, skill_file VARCHAR, task_type VARCHAR, policy VARCHAR,
+            question_id VARCHAR, replicate INTEGER,
+            baseline BOOLEAN, candidate BOOLEAN, sign INTEGER, quadrant VARCHAR,
+            candidate_imputed BOOLEAN, baseline_source VARCHAR, stop_reason VARCHAR,
+            verdict VARCHAR, log_e_plus DOUBLE, log_e_minus DOUBLE, log_sprt DOUBLE,
+            p_final DOUBLE, wins INTEGER, losses INTEGER, ties INTEGER, pairs INTEGER,
+            positions INTEGER, d_max INTEGER, infra INTEGER, attempted INTEGER,
+            infra_rate DOUBLE, candidate_infra_suspect BOOLEAN,
+            PRIMARY KEY (gate_run_id, row_kind, block, position)
+        )""",
+    "quadrant_pair": """
+        CREATE TABLE IF NOT EXISTS quadrant_pair (
+            gate_run_id VARCHAR NOT NULL, question_id VARCHAR NOT NULL, replicate INTEGER NOT NULL,
+            epoch INTEGER, step INTEGER, task_type VARCHAR, quadrant VARCHAR NOT NULL,
+            PRIMARY KEY (gate_run_id, question_id, replicate)
+        )""",
+    "dual_metric_eval": """
+        CREATE TABLE IF NOT EXISTS dual_metric_eval (
+            epoch INTEGER NOT NULL, run_id VARCHAR NOT NULL,
+            skills_version VARCHAR, prompts_version VARCHAR, n INTEGER,
+            hard_accuracy DOUBLE, soft_score DOUBLE, mixed_score DOUBLE,
+            PRIMARY KEY (epoch, run_id)
+        )""",
+    "shadow_gate": """
+        CREATE TABLE IF NOT EXISTS shadow_gate (
+            epoch INTEGER NOT NULL, run_id VARCHAR NOT NULL,
+            hard_accuracy DOUBLE, mixed_score DOUBLE, shadow_best_mixed DOUBLE,
+            would_replace BOOLEAN, hard_best_accuracy DOUBLE,
+            PRIMARY KEY (epoch, run_id)
+        )""",
+    "holdout_eval": """
+        CREATE TABLE IF NOT EXISTS holdout_eval (
+            epoch INTEGER NOT NULL, label VARCHAR NOT NULL,
+            skills_version VARCHAR, prompts_version VARCHAR, run_id VARCHAR, n INTEGER,
+            accuracy DOUBLE, expected_accuracy DOUBLE, simulated BOOLEAN,
+            PRIMARY KEY (epoch, label)
+        )""",
+    "step_report": """
+        CREATE TABLE IF NOT EXISTS step_report (
+            epoch INTEGER NOT NULL, step INTEGER NOT NULL, skill_file VARCHAR NOT NULL,
+            task_type VARCHAR, action VARCHAR NOT NULL, verdict VARCHAR, policy VARCHAR,
+            gate_run_id VARCHAR, wins INTEGER, losses INTEGER, blocks INTEGER,
+            candidate_rollouts INTEGER, baseline_rollouts INTEGER, cache_hits INTEGER,
+            edit_budget INTEGER, n_edits INTEGER, n_applied INTEGER,
+            new_skills_version VARCHAR, detail VARCHAR,
+            PRIMARY KEY (epoch, step, skill_file)
+        )""",
+    "epoch_report": """
+        CREATE TABLE IF NOT EXISTS epoch_report (
+            epoch INTEGER PRIMARY KEY,
+            val_accuracy DOUBLE, val_run_id VARCHAR, r_accuracy DOUBLE, r2_accuracy DOUBLE,
+            r2_kept BOOLEAN, skills_version VARCHAR, prompts_version VARCHAR,
+            best_skills_version VARCHAR, best_prompts_version VARCHAR, best_val_accuracy DOUBLE,
+            test_accuracy DOUBLE, val_expected_accuracy DOUBLE,
+            momentum_updated VARCHAR, system_tool_action VARCHAR, labels VARCHAR,
+            accepted INTEGER, rejected INTEGER, rolled_back INTEGER, aborted INTEGER,
+            gates INTEGER, expected_false_accepts DOUBLE, rollouts BIGINT, tokens BIGINT,
+            infra_failures BIGINT
+        )""",
+}
+OBS_TABLES: Final[tuple[str, ...]] = tuple(OBS_DDL)
+
+
+def ensure_tables(log: RunLog) -> None:
+    with log.transaction() as con:
+        for ddl in OBS_DDL.values():
+            con.execute(ddl)
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, Mapping | list | tuple):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return value
+
+
+def write_rows(log: RunLog, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
+    """Idempotent insert (``INSERT OR REPLACE`` on the primary key) of rows with equal keys."""
+    if table not in OBS_DDL:
+        raise ValueError(f"unknown observation table {table!r}; expected one of {OBS_TABLES}")
+    if not rows:
+        return 0
+    cols = list(rows[0])
+    for r in rows:
+        if list(r) != cols:
+            raise ValueError(f"{table}: every row needs the same columns {cols}")
+    sql = (
+        f"INSERT OR REPLACE INTO {table} ({', '.join(cols)}) "
+        f"VALUES ({', '.join('?' for _ in cols)})"
+    )
+    ensure_tables(log)
+    with log.transaction() as con:
+        con.executemany(sql, [[_cell(r[c]) for c in cols] for r in rows])
+    return len(rows)
+
+
+def read_rows(
+    run_db: Path | str, table: str, where: str = "", params: Sequence[Any] = ()
+) -> list[dict[str, Any]]:
+    """Rows of an observation table through the read-only reader ([] if the table is absent)."""
+    if table not in OBS_DDL:
+        raise ValueError(f"unknown observation table {table!r}; expected one of {OBS_TABLES}")
+    with RunLogReader.open(run_db) as reader:
+        exists = reader.query(
+            "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = ?", [table]
+        )
+        if not exists or not exists[0]["n"]:
+            return []
+        sql = f"SELECT * FROM {table}" + (f" WHERE {where}" if where else "")
+        return reader.query(sql, list(params))
+
+
+def nullable_score(value: float | None) -> float | None:
+    """Soft/mixed scores: a missing value stays NULL (never 0)."""
+    return None if value is None else float(value)
+
+
+def mixed_score(hard: float | None, soft: float | None) -> float | None:
+    """The mixed metric: mean of hard and soft, NULL when either is missing."""
+    if hard is None or soft is None:
+        return None
+    return 0.5 * (hard + soft)

@@ -1,0 +1,92 @@
+"""What runs next: ONE pure function shared by ``trm train`` and the Dagster epoch sensor.
+
+The loop is a sequence of *units of work*, each ending with a checkpoint:
+
+``init`` → for each epoch E: ``step (E, 0)`` … ``step (E, steps_per_epoch − 1)`` →
+``slow_update (E, 1)`` … ``slow_update (E, 10)`` → next epoch … → ``finalize`` (deliver best,
+final test evaluation) → ``done``.
+
+After the slow update of an epoch in which early stop fired, the next unit is ``finalize`` with
+reason ``early_stopped``; ``done`` carries the same reason. :func:`next_action` reads only the
+:class:`Progress` summary of the persisted state, so a restarted process (or a sensor tick)
+computes the same next unit as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from trm_assets.harness.config import RunConfig
+    from trm_assets.harness.state import TrainState
+
+ActionKind = Literal["init", "step", "slow_update", "finalize", "done"]
+StopReason = Literal["", "completed", "early_stopped"]
+N_SLOW_STEPS = 10
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The planner's view of the state (all integers and flags)."""
+
+    initialized: bool
+    epoch: int  # the epoch in progress (== epochs once every epoch is done)
+    next_step: int  # next step of ``epoch``; == steps_per_epoch → the slow update
+    slow_done: int  # slow-update functions of ``epoch`` already done (0..10)
+    epochs: int
+    steps_per_epoch: int
+    early_stopped: bool
+    finalized: bool
+
+
+@dataclass(frozen=True)
+class Action:
+    """The next unit of work. ``slow_step`` is the 1-based index of a slow-update function."""
+
+    kind: ActionKind
+    epoch: int | None = None
+    step: int | None = None
+    slow_step: int | None = None
+    reason: StopReason = ""
+
+    def describe(self) -> str:
+        if self.kind == "step":
+            return f"step (epoch {self.epoch}, step {self.step})"
+        if self.kind == "slow_update":
+            return f"slow update (epoch {self.epoch}, function {self.slow_step}/10)"
+        if self.kind in ("finalize", "done"):
+            return f"{self.kind} ({self.reason})"
+        return self.kind
+
+
+def next_action(p: Progress) -> Action:
+    """The unit of work an uninterrupted run would execute next (pure)."""
+    if p.finalized:
+        return Action("done", reason="early_stopped" if p.early_stopped else "completed")
+    if not p.initialized:
+        return Action("init")
+    in_slow = p.next_step >= p.steps_per_epoch and p.slow_done > 0
+    if p.early_stopped and not in_slow:
+        return Action("finalize", reason="early_stopped")
+    if p.epoch >= p.epochs:
+        return Action("finalize", reason="completed")
+    if p.next_step < p.steps_per_epoch:
+        return Action("step", epoch=p.epoch, step=p.next_step)
+    return Action("slow_update", epoch=p.epoch, slow_step=p.slow_done + 1)
+
+
+def progress_of(state: TrainState | None, cfg: RunConfig) -> Progress:
+    """Summarize a (possibly missing) state for :func:`next_action`."""
+    if state is None:
+        return Progress(False, 0, 0, 0, cfg.epochs, cfg.steps_per_epoch, False, False)
+    return Progress(
+        initialized=state.initialized,
+        epoch=state.epoch,
+        next_step=state.next_step,
+        slow_done=state.slow_done,
+        epochs=cfg.epochs,
+        steps_per_epoch=cfg.steps_per_epoch,
+        early_stopped=state.early_stopped,
+        finalized=state.finalized,
+    )

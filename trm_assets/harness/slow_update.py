@@ -1,0 +1,709 @@
+"""The slow update: the ten steps of SPEC 5.6 (fidelity #13, seed §15 ``_slow_update_cycle``) as
+ten separate functions, in this order:
+
+==  ===================================  =========================================================
+#   function                             reads (state / workspace) → writes
+==  ===================================  =========================================================
+1   :func:`snapshot_and_rerun_validation` current versions → ``slow.r`` (run ``{base}_e{E}_R``,
+                                          accuracy, versions) and ``slow.r_outcomes``
+2   :func:`record_dual_metric`            ``slow.r`` → ``dual_metric_eval``, ``shadow_gate`` rows
+3   :func:`write_back_r_correctness`      ``slow.r_outcomes`` → ``correctness`` (unconditional)
+4   :func:`settle_probations`             ``probations``, ``slow.r_outcomes`` → file-level
+                                          rollbacks (new versions), ``correctness`` of rolled-back
+                                          types ← anchor, ``slow.probations``
+5   :func:`update_best_from_r`            ``slow.r`` → manifest ``best`` (strictly greater)
+6   :func:`apply_momentum`                epoch-start vs current correctness → one new skills
+                                          version with the guidance blocks, ``slow.momentum``
+7   :func:`evolve_system_and_tools`       ``system_packs``, ``tool_packs`` → one new prompts
+                                          version, ``slow.prompts``
+8   :func:`r2_closed_loop`                → run ``{base}_e{E}_R2`` on (r2_skills_version,
+                                          new_prompts_version); regressed → prompts reverted;
+                                          kept → correctness, eval_prev, best vs R2's pair
+9   :func:`report_epoch`                  → three-state labels, ``epoch_report``, the four-way
+                                          ``holdout_eval`` on the test pool, early-stop counter
+10  :func:`refresh_ladder`                → ``ladder.json`` from exactly: step rollouts
+                                          ``{base}_e{E}_s*`` minus ``*_gate_*``, R, a kept R2;
+                                          ``gate_epoch_observed``; next epoch
+==  ===================================  =========================================================
+
+Each function takes ``(ctx, epoch)``, reads what it needs from the persisted state (so it runs
+alone after a process restart: one Dagster op each), refuses to run out of order, does its work,
+persists its result in the checkpoint and returns a :class:`SlowStepResult`. The test pool is
+used only by step 9 (a report; never a decision).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from trm_assets.domain.edits import edit_budget_end
+from trm_assets.domain.ladder import update_ladder
+from trm_assets.domain.probation import ProbationVerdict, probation_verdict
+from trm_assets.domain.question import DEFAULT_SKILL_FILE, skill_file_name
+from trm_assets.evolution.evolve import (
+    evolve_single_tool,
+    evolve_system_prompt,
+    load_evolve_prompts,
+)
+from trm_assets.evolution.momentum import update_momentum
+from trm_assets.evolution.types import text_hash
+from trm_assets.harness.context import LoopContext
+from trm_assets.harness.ladder_store import load_or_new_ladder, save_ladder
+from trm_assets.harness.observation import mixed_score, nullable_score, write_rows
+from trm_assets.harness.plan import Action
+from trm_assets.harness.runlog import RunLogReader
+from trm_assets.harness.state import TrainState, open_unit
+from trm_assets.harness.step import (
+    charge_calls,
+    charge_inference,
+    checkpoint,
+    evaluate,
+    outcomes_by_qid,
+    require_action,
+    sample_index,
+)
+from trm_assets.harness.workspace import (
+    advance_current,
+    prompt_store,
+    read_best,
+    read_manifest,
+    revert_files,
+    skill_store,
+    update_best,
+)
+from trm_assets.llm.protocol import InfraError
+
+Echo = Callable[[str], None]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SlowStepResult:
+    """What one slow-update function did (also persisted under ``state.slow[name]``)."""
+
+    epoch: int
+    index: int
+    name: str
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+async def _or_none_on_infra(call: Awaitable[T]) -> T | None:
+    """An evolve/momentum call whose model failed for infrastructure reasons proposes nothing
+    (the previous text is kept); any other exception is a bug and propagates."""
+    try:
+        return await call
+    except InfraError:
+        return None
+
+
+def _open(ctx: LoopContext, epoch: int, index: int) -> TrainState:
+    paths = ctx.paths
+    state = open_unit(
+        ctx.workspace, paths.state, ctx.cfg, paths.baseline_cache, f"{ctx.base}_e{epoch}_slow_"
+    )
+    require_action(ctx, state, Action("slow_update", epoch=epoch, slow_step=index))
+    return state
+
+
+def _close(
+    ctx: LoopContext, state: TrainState, epoch: int, index: int, name: str, out: dict[str, Any]
+) -> SlowStepResult:
+    state.slow[name] = out
+    state.slow_done = index
+    checkpoint(ctx, state)
+    return SlowStepResult(epoch, index, name, out)
+
+
+def _val_expected(ctx: LoopContext, skills: str, prompts: str) -> float | None:
+    """The oracle's expected validation accuracy of a pair (None with a real model)."""
+    return ctx.expected_accuracy(skills, prompts, list(ctx.pools.validation))
+
+
+# 1 ----------------------------------------------------------------------------------------------
+
+
+def snapshot_and_rerun_validation(ctx: LoopContext, epoch: int) -> SlowStepResult:
+    """SPEC 5.6 step 1: snapshot the current versions and re-run the full validation pool (R)."""
+    state = _open(ctx, epoch, 1)
+    paths = ctx.paths
+    sv, pv = paths.skills_version, paths.prompts_version
+    run_id = f"{ctx.base}_e{epoch}_R"
+    res = asyncio.run(evaluate(ctx, run_id, sv, pv, ctx.pool_questions("validation"), "slow_R"))
+    charge_inference(state, f"e{epoch}", "R", res)
+    state.slow["r_outcomes"] = outcomes_by_qid(res)
+    out = {"run_id": run_id, "skills_version": sv, "prompts_version": pv, "accuracy": res.accuracy}
+    out["n"] = res.n
+    return _close(ctx, state, epoch, 1, "r", out)
+
+
+# 2 ----------------------------------------------------------------------------------------------
+
+
+def record_dual_metric(ctx: LoopContext, epoch: int) -> SlowStepResult:
+    """SPEC 5.6 step 2: hard/soft/mixed metrics of R → ``dual_metric_eval`` (+ ``shadow_gate``).
+
+    No provider reports a per-question soft score, so soft and mixed are NULL (never 0) and the
+    mixed shadow of the best argmax stays undecided (NULL)."""
+    state = _open(ctx, epoch, 2)
+    r = state.slow["r"]
+    soft: float | None = None
+    mixed = mixed_score(r["accuracy"], soft)
+    best = read_best(ctx.workspace)
+    write_rows(
+        ctx.log,
+        "dual_metric_eval",
+        [
+            {
+                "epoch": epoch,
+                "run_id": r["run_id"],
+                "skills_version": r["skills_version"],
+                "prompts_version": r["prompts_version"],
+                "n": r["n"],
+                "hard_accuracy": r["accuracy"],
+                "soft_score": nullable_score(soft),
+                "mixed_score": nullable_score(mixed),
+            }
+        ],
+    )
+    write_rows(
+        ctx.log,
+        "shadow_gate",
+        [
+            {
+                "epoch": epoch,
+                "run_id": r["run_id"],
+                "hard_accuracy": r["accuracy"],
+                "mixed_score": nullable_score(mixed),
+                "shadow_best_mixed": None,
+                "would_replace": None,
+                "hard_best_accuracy": best.val_accuracy if best is not None else None,
+            }
+        ],
+    )
+    return _close(ctx, state, epoch, 2, "dual_metric", {"hard": r["accuracy"], "soft": soft})
+
+
+# 3 ----------------------------------------------------------------------------------------------
+
+
+def write_back_r_correctness(ctx: LoopContext, epoch: int) -> SlowStepResult:
+    """SPEC 5.6 step 3: R's per-question outcomes replace ``correctness`` unconditionally."""
+    state = _open(ctx, epoch, 3)
+    outcomes: dict[str, bool | None] = state.slow["r_outcomes"]
+    for qid in sorted(outcomes):
+        state.correctness[qid] = outcomes[qid]
+    return _close(ctx, state, epoch, 3, "write_back", {"n": len(outcomes)})
+
+
+# 4 ----------------------------------------------------------------------------------------------
+
+
+def settle_probations(ctx: LoopContext, epoch: int) -> SlowStepResult:
+    """SPEC 5.6 step 4 / GATE §7: each open probation against R on the type's whole validation pool.
+
+    ROLLBACK is a file-level revert (the anchor version's content promoted as a *new* version; the
+    manifest is not rewound) and the type's correctness is overwritten from the anchor (overriding
+    step 3). KEEP, KEEP_CONFIRMED and DEFER close the probation (a DEFER has no evidence for a
+    rollback; with a fixed pool it would never get more)."""
+    state = _open(ctx, epoch, 4)
+    outcomes: dict[str, bool | None] = state.slow["r_outcomes"]
+    r = state.slow["r"]
+    r_default = text_hash(ctx.skills(r["skills_version"]).get(DEFAULT_SKILL_FILE, ""))
+    r_prompts = ctx.prompt_files(r["prompts_version"])
+    settled: dict[str, Any] = {}
+    for name in sorted(state.probations):
+        p = state.probations[name]
+        qids = ctx.validation_by_type.get(p.task_type, ())
+        confounded = (
+            p.anchor_default_hash != r_default
+            or ctx.prompt_files(p.anchor_prompts_version) != r_prompts
+        )
+        res = probation_verdict(
+            p.correctness_snapshot,
+            {q: outcomes.get(q) for q in qids},
+            confounded=confounded,
+            params=ctx.probation_params(),
+            anchor_run_id=p.anchor_run_id,
+        )
+        entry: dict[str, Any] = {
+            "verdict": res.verdict.value,
+            "wins": res.wins,
+            "losses": res.losses,
+            "pairs": res.pairs,
+            "reason": res.reason,
+            "edits": len(p.pending_edits),
+        }
+        if res.verdict is ProbationVerdict.ROLLBACK:
+            meta = revert_files(
+                ctx.workspace,
+                "skills",
+                p.anchor_skills_version,
+                [p.skill_file],
+                reason=f"probation rollback e{epoch} {p.skill_file}: {res.reason}",
+                extra={"probation": entry},
+            )
+            for q in qids:  # the rollback overrides step 3 for its questions
+                state.correctness[q] = p.correctness_snapshot.get(q)
+            entry["new_skills_version"] = meta.version
+            state.count("rolled_back")
+        settled[name] = entry
+        del state.probations[name]
+    return _close(ctx, state, epoch, 4, "probations", settled)
+
+
+# 5 ----------------------------------------------------------------------------------------------
+
+
+def _maybe_best(ctx: LoopContext, run: dict[str, Any]) -> bool:
+    """Best = argmax validation accuracy; only a strictly greater accuracy replaces it."""
+    acc = run["accuracy"]
+    best = read_best(ctx.workspace)
+    if acc is None:
+        return False
+    if best is None or best.val_accuracy is None or acc > best.val_accuracy:
+        update_best(
+            ctx.workspace,
+            skills=run["skills_version"],
+            prompts=run["prompts_version"],
+            val_accuracy=acc,
+            run_id=run["run_id"],
+        )
+        return True
+    return False
+
+
+def update_best_from_r(ctx: LoopContext, epoch: int) -> SlowStepResult:
+    """SPEC 5.6 step 5: best argmax against R's version pair (strictly greater to replace)."""
+    state = _open(ctx, epoch, 5)
+    replaced = _maybe_best(ctx, state.slow["r"])
+    best = read_best(ctx.workspace)
+    out = {"replaced": replaced, "best": best.model_dump() if best is not None else None}
+    return _close(ctx, state, epoch, 5, "best_r", out)
+
+
+# 6 ----------------------------------------------------------------------------------------------
+
+
+def apply_momentum(ctx: LoopContext, epoch: int) -> SlowStepResult:
+    """SPEC 5.6 step 6: per task type changed this epoch, the (epoch start, now) pairs → momentum
+    guidance into the skill's protected block; all updates form ONE new immutable version (none →
+    no version). A parse failure keeps the previous guidance (the evolution call's rule)."""
+    state = _open(ctx, epoch, 6)
+    paths = ctx.paths
+    store = skill_store(paths)
+    template = load_evolve_prompts(prompt_store(paths)).momentum
+    files = set(store.list_files())
+    # Only types whose skill changed this epoch: elsewhere both arms ran the same text and the
+    # pairs are pure sampling noise (docs/decision-momentum-scope.md).
+    changed = set(state.changed_task_types_this_epoch)
+
+    async def all_updates() -> list[Any]:
+        calls = []
+        for task_type, qids in ctx.validation_by_type.items():
+            name = skill_file_name(task_type)
+            if name not in files or task_type not in changed:
+                continue
+            calls.append(
+                _or_none_on_infra(
+                    update_momentum(
+                        name,
+                        task_type,
+                        store,
+                        {q: state.epoch_start_correctness.get(q) for q in qids},
+                        {q: state.correctness.get(q) for q in qids},
+                        ctx.questions,
+                        llm=ctx.providers.evolve,
+                        template=template,
+                        sample=sample_index(ctx.cfg.seed, "momentum", epoch, name),
+                    )
+                )
+            )
+        return list(await asyncio.gather(*calls))
+
+    records = [r for r in asyncio.run(all_updates()) if r is not None]
+    changes: dict[str, str] = {}
+    for rec in records:
+        charge_calls(state, f"e{epoch}", "momentum", rec.calls)
+        if rec.updated and rec.candidate_text != rec.original_text:
+            changes[rec.skill_file] = rec.candidate_text
+    version = paths.skills_version
+    if changes:
+        version = advance_current(
+            ctx.workspace,
+            "skills",
+            dict(sorted(changes.items())),
+            reason=f"momentum e{epoch}",
+            extra={"momentum": sorted(changes)},
+        ).version
+    out = {"updated": sorted(changes), "skills_version": version, "new_version": bool(changes)}
+    return _close(ctx, state, epoch, 6, "momentum", out)
+
+
+# 7 ----------------------------------------------------------------------------------------------
+
+
+def evolve_system_and_tools(ctx: LoopContext, epoch: int) -> SlowStepResult:
+    """SPEC 5.6 step 7: the system prompt and tool descriptions evolve from the epoch's packs with
+    the end-of-run edit budget; applied changes form ONE new prompts version."""
+    state = _open(ctx, epoch, 7)
+    paths = ctx.paths
+    prompts = prompt_store(paths)
+    templates = load_evolve_prompts(prompts)
+    budget = edit_budget_end(ctx.budget_schedule())
+
+    async def proposals() -> list[Any]:
+        calls = []
+        if state.system_packs.cases:
+            calls.append(
+                _or_none_on_infra(
+                    evolve_system_prompt(
+                        state.system_packs,
+                        prompts,
+                        llm=ctx.providers.evolve,
+                        template=templates.evolve_system,
+                        budget=budget,
+                        sample=sample_index(ctx.cfg.seed, "evolve_system", epoch),
+                    )
+                )
+            )
+        for name in sorted(state.tool_packs):
+            calls.append(
+                _or_none_on_infra(
+                    evolve_single_tool(
+                        state.tool_packs[name],
+                        prompts,
+                        llm=ctx.providers.evolve,
+                        template=templates.evolve_tool,
+                        budget=budget,
+                        sample=sample_index(ctx.cfg.seed, "evolve_tool", epoch, name),
+                    )
+                )
+            )
+        return list(await asyncio.gather(*calls))
+
+    records = [r for r in asyncio.run(proposals()) if r is not None]
+    changes: dict[str, str] = {}
+    edits: list[dict[str, Any]] = []
+    for rec in records:
+        charge_calls(state, f"e{epoch}", "system_tool", rec.calls)
+        if rec.changed:
+            changes[rec.target_file] = rec.candidate_text
+            edits.extend({"file": rec.target_file, **row} for row in rec.report_rows())
+    before = paths.prompts_version
+    after = before
+    if changes:
+        after = advance_current(
+            ctx.workspace,
+            "prompts",
+            dict(sorted(changes.items())),
+            reason=f"system/tool evolution e{epoch}",
+            edits=edits,
+        ).version
+    out = {"before": before, "after": after, "changed": sorted(changes)}
+    return _close(ctx, state, epoch, 7, "prompts", out)
+
+
+# 8 ----------------------------------------------------------------------------------------------
+
+
+def r2_closed_loop(ctx: LoopContext, epoch: int) -> SlowStepResult:
+    """SPEC 5.6 step 8: R2 on (r2_skills_version, new_prompts_version) — never R's versions.
+
+    Runs only when step 6 or 7 made a new version. If the prompts changed and R2's accuracy is
+    below R's, the prompts are reverted (file-level, a new version) and R2 is discarded. Otherwise
+    R2 is kept: its correctness is written back, it becomes the latest evaluation (eval_prev) and
+    the best argmax is taken against R2's version pair."""
+    state = _open(ctx, epoch, 8)
+    r, prompts = state.slow["r"], state.slow["prompts"]
+    paths = ctx.paths
+    r2_sv, new_pv = paths.skills_version, paths.prompts_version
+    out: dict[str, Any] = {"ran": False, "kept": False, "reverted": False}
+    latest = r
+    if state.slow["momentum"]["new_version"] or prompts["changed"]:
+        run_id = f"{ctx.base}_e{epoch}_R2"
+        res = asyncio.run(
+            evaluate(ctx, run_id, r2_sv, new_pv, ctx.pool_questions("validation"), "slow_R2")
+        )
+        charge_inference(state, f"e{epoch}", "R2", res)
+        r2: dict[str, Any] = {
+            "run_id": run_id,
+            "skills_version": r2_sv,
+            "prompts_version": new_pv,
+            "accuracy": res.accuracy,
+        }
+        out.update(ran=True, r2=r2)
+        regressed = (
+            res.accuracy is not None
+            and r["accuracy"] is not None
+            and (res.accuracy < r["accuracy"])
+        )
+        if prompts["changed"] and regressed:
+            meta = revert_files(
+                ctx.workspace,
+                "prompts",
+                prompts["before"],
+                prompts["changed"],
+                reason=f"R2 regressed e{epoch} ({res.accuracy} < {r['accuracy']}): revert prompts",
+            )
+            out.update(reverted=True, prompts_version=meta.version)
+        else:
+            for qid, value in outcomes_by_qid(res).items():
+                state.correctness[qid] = value
+            out.update(kept=True, best_replaced=_maybe_best(ctx, r2))
+            latest = r2
+    state.eval_prev_acc, state.eval_prev_run_id = latest["accuracy"], latest["run_id"]
+    state.baseline_skills_version = latest["skills_version"]
+    state.baseline_prompts_version = latest["prompts_version"]
+    return _close(ctx, state, epoch, 8, "r2", out)
+
+
+# 9 ----------------------------------------------------------------------------------------------
+
+
+def _label(before: list[bool | None], after: list[bool | None]) -> str:
+    def acc(xs: list[bool | None]) -> float | None:
+        seen = [x for x in xs if x is not None]
+        return sum(seen) / len(seen) if seen else None
+
+    a, b = acc(before), acc(after)
+    if a is None or b is None or a == b:
+        return "unchanged"
+    return "improved" if b > a else "regressed"
+
+
+def report_epoch(ctx: LoopContext, epoch: int, *, echo: Echo | None = None) -> SlowStepResult:
+    """SPEC 5.6 step 9: three-state labels per task type, the epoch report, the four-way
+    held-out report on the test pool (seed, epoch start, current, best) and the early-stop
+    counter. The test pool is read here only, for reporting."""
+    state = _open(ctx, epoch, 9)
+    scope = f"e{epoch}"
+    labels = {
+        t: _label(
+            [state.epoch_start_correctness.get(q) for q in qids],
+            [state.correctness.get(q) for q in qids],
+        )
+        for t, qids in ctx.validation_by_type.items()
+    }
+    m = read_manifest(ctx.workspace)
+    assert state.seed_eval is not None and m.best is not None
+    pairs = {
+        "seed": (state.seed_eval["skills_version"], state.seed_eval["prompts_version"]),
+        "epoch_start": (
+            state.epoch_start_versions["skills"],
+            state.epoch_start_versions["prompts"],
+        ),
+        "current": (m.current.skills, m.current.prompts),
+        "best": (m.best.skills, m.best.prompts),
+    }
+    holdout = {}
+    rows = []
+    test_ids = list(ctx.pools.test)
+    for label, (sv, pv) in pairs.items():
+        acc = holdout_accuracy(ctx, state, scope, sv, pv)
+        exp = ctx.expected_accuracy(sv, pv, test_ids)
+        holdout[label] = {"skills": sv, "prompts": pv, "accuracy": acc, "expected": exp}
+        rows.append(
+            {
+                "epoch": epoch,
+                "label": label,
+                "skills_version": sv,
+                "prompts_version": pv,
+                "run_id": holdout_run_id(ctx, sv, pv),
+                "n": len(test_ids),
+                "accuracy": acc,
+                "expected_accuracy": exp,
+                "simulated": ctx.providers.simulated,
+            }
+        )
+    write_rows(ctx.log, "holdout_eval", rows)
+    # early stop: has the best improved during this epoch?
+    start_best = state.epoch_start_best or {}
+    improved = (m.best.skills, m.best.prompts, m.best.val_accuracy) != (
+        start_best.get("skills"),
+        start_best.get("prompts"),
+        start_best.get("val_accuracy"),
+    )
+    state.steps_since_best_improved = 0 if improved else state.steps_since_best_improved + 1
+    if state.steps_since_best_improved >= ctx.cfg.patience:
+        state.early_stopped = True
+    c = state.epoch_counters
+    budget = state.budget.get(scope, {})
+    rollouts = sum(v["rollouts"] for v in budget.values())
+    tokens = sum(v["prompt_tokens"] + v["completion_tokens"] for v in budget.values())
+    infra_failures = _infra_failures(ctx, epoch)
+    val_sv, val_pv = state.baseline_skills_version or "", state.baseline_prompts_version or ""
+    summary = {
+        "epoch": epoch,
+        "val_accuracy": state.eval_prev_acc,
+        "val_run_id": state.eval_prev_run_id,
+        "val_skills_version": val_sv,
+        "val_prompts_version": val_pv,
+        "test_accuracy": holdout["current"]["accuracy"],
+        "val_expected_accuracy": _val_expected(ctx, val_sv, val_pv),
+        "accepted": int(c.get("accepted", 0)),
+        "rejected": int(c.get("rejected", 0)),
+        "rolled_back": int(c.get("rolled_back", 0)),
+        "aborted": int(c.get("aborted", 0)),
+        "gates": int(c.get("gates", 0)),
+        "expected_false_accepts": round(float(c.get("alpha_sum", 0.0)), 6),
+        "rollouts": rollouts,
+        "tokens": tokens,
+        "infra_failures": infra_failures,
+        "labels": labels,
+        "holdout": holdout,
+        "best": {
+            "skills_version": m.best.skills,
+            "prompts_version": m.best.prompts,
+            "val_accuracy": m.best.val_accuracy,
+            "val_expected_accuracy": _val_expected(ctx, m.best.skills, m.best.prompts),
+        },
+        "early_stopped": state.early_stopped,
+    }
+    state.history = [h for h in state.history if h["epoch"] != epoch] + [summary]
+    write_rows(
+        ctx.log,
+        "epoch_report",
+        [
+            {
+                "epoch": epoch,
+                "val_accuracy": state.eval_prev_acc,
+                "val_run_id": state.eval_prev_run_id,
+                "r_accuracy": state.slow["r"]["accuracy"],
+                "r2_accuracy": (state.slow["r2"].get("r2") or {}).get("accuracy"),
+                "r2_kept": state.slow["r2"]["kept"],
+                "skills_version": m.current.skills,
+                "prompts_version": m.current.prompts,
+                "best_skills_version": m.best.skills,
+                "best_prompts_version": m.best.prompts,
+                "best_val_accuracy": m.best.val_accuracy,
+                "test_accuracy": summary["test_accuracy"],
+                "val_expected_accuracy": summary["val_expected_accuracy"],
+                "momentum_updated": state.slow["momentum"]["updated"],
+                "system_tool_action": _system_tool_action(state.slow),
+                "labels": labels,
+                "accepted": summary["accepted"],
+                "rejected": summary["rejected"],
+                "rolled_back": summary["rolled_back"],
+                "aborted": summary["aborted"],
+                "gates": summary["gates"],
+                "expected_false_accepts": summary["expected_false_accepts"],
+                "rollouts": rollouts,
+                "tokens": tokens,
+                "infra_failures": infra_failures,
+            }
+        ],
+    )
+    if echo is not None:
+        exp = summary["val_expected_accuracy"]
+        echo(
+            f"epoch {epoch} done: val {_f(state.eval_prev_acc)}"
+            + (f" (expected {_f(exp)}, SIMULATED)" if exp is not None else "")
+            + f", test {_f(summary['test_accuracy'])}; accepted {summary['accepted']}, rejected "
+            f"{summary['rejected']}, rolled back {summary['rolled_back']}, gates "
+            f"{summary['gates']}; best {m.best.skills}/{m.best.prompts} "
+            f"({_f(m.best.val_accuracy)}); {rollouts} rollouts, {tokens} tokens"
+            + ("; early stop" if state.early_stopped else "")
+        )
+    out = {"labels": labels, "holdout": holdout, "early_stopped": state.early_stopped}
+    return _close(ctx, state, epoch, 9, "report", out)
+
+
+def _infra_failures(ctx: LoopContext, epoch: int) -> int:
+    """Infrastructure-failed rollouts of the epoch's runs (steps, gates, R, R2)."""
+    ctx.log.flush()
+    with RunLogReader.open(ctx.paths.run_db) as reader:
+        rows = reader.query(
+            "SELECT coalesce(sum(n_infra_failures), 0) AS n FROM runs WHERE run_id GLOB ?",
+            [f"{ctx.base}_e{epoch}_*"],
+        )
+    return int(rows[0]["n"]) if rows else 0
+
+
+def _f(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _system_tool_action(slow: dict[str, Any]) -> str:
+    p, r2 = slow["prompts"], slow["r2"]
+    if not p["changed"]:
+        return "none"
+    return "reverted" if r2["reverted"] else "kept"
+
+
+def holdout_run_id(ctx: LoopContext, skills: str, prompts: str) -> str:
+    return f"{ctx.base}_test_{skills}_{prompts}"
+
+
+def holdout_accuracy(
+    ctx: LoopContext, state: TrainState, scope: str, skills: str, prompts: str
+) -> float | None:
+    """Accuracy of a version pair on the test pool; a pair already evaluated is not re-run
+    (a report only: never an input to any decision)."""
+    run_id = holdout_run_id(ctx, skills, prompts)
+    ctx.log.flush()
+    with RunLogReader.open(ctx.paths.run_db) as reader:
+        row = reader.run(run_id)
+    if row is not None and row.get("status") == "done":
+        acc = row.get("accuracy")
+        return None if acc is None else float(acc)
+    res = asyncio.run(evaluate(ctx, run_id, skills, prompts, ctx.pool_questions("test"), "holdout"))
+    charge_inference(state, scope, "holdout", res)
+    return res.accuracy
+
+
+# 10 ---------------------------------------------------------------------------------------------
+
+
+def ladder_sources(ctx: LoopContext, epoch: int, r2_kept: bool) -> list[str]:
+    """Exactly the three sources: this epoch's step rollouts ``{base}_e{E}_s*`` minus
+    ``*_gate_*``, R, and R2 if kept. Never a reverted R2, shadow, held-out or gate run."""
+    ctx.log.flush()
+    with RunLogReader.open(ctx.paths.run_db) as reader:
+        steps = reader.run_ids(glob=f"{ctx.base}_e{epoch}_s*", exclude_glob="*_gate_*")
+    sources = [*steps, f"{ctx.base}_e{epoch}_R"]
+    if r2_kept:
+        sources.append(f"{ctx.base}_e{epoch}_R2")
+    return sources
+
+
+def refresh_ladder(ctx: LoopContext, epoch: int) -> SlowStepResult:
+    """SPEC 5.6 step 10: fold the three sources into the ladder (atomic write), switch the ladder
+    to warm order (``gate_epoch_observed``) and move the progress to the next epoch."""
+    state = _open(ctx, epoch, 10)
+    paths = ctx.paths
+    tasks = {q: ctx.questions[q].task_type for q in ctx.pools.validation}
+    ladder = load_or_new_ladder(paths.ladder, tasks, ctx.ladder_params())
+    sources = ladder_sources(ctx, epoch, bool(state.slow["r2"]["kept"]))
+    with RunLogReader.open(paths.run_db) as reader:
+        for run_id in sources:
+            outcomes = {
+                q: v for (q, rep), v in sorted(reader.correctness(run_id).items()) if rep == 0
+            }
+            ladder = update_ladder(ladder, run_id, outcomes)
+    save_ladder(paths.ladder, ladder)
+    state.gate_epoch_observed = True
+    state.slow["ladder"] = {"sources": sources}
+    state.slow_done = 10
+    # the epoch is over: the next unit is the next epoch's first step (or finalize)
+    state.epoch = epoch + 1
+    state.next_step = 0
+    state.slow_done = 0
+    checkpoint(ctx, state)
+    return SlowStepResult(epoch, 10, "ladder", {"sources": sources})
+
+
+SLOW_STEPS: tuple[Callable[..., SlowStepResult], ...] = (
+    snapshot_and_rerun_validation,
+    record_dual_metric,
+    write_back_r_correctness,
+    settle_probations,
+    update_best_from_r,
+    apply_momentum,
+    evolve_system_and_tools,
+    r2_closed_loop,
+    report_epoch,
+    refresh_ladder,
+)

@@ -1,0 +1,313 @@
+"""Training state and its checkpoint (SPEC 5.7, seed §13 ``checkpoint.py``).
+
+``state.json`` holds every field of the seed's persisted state — correctness, eval_prev_acc,
+eval_prev_run_id, baseline_skills_version, baseline_prompts_version, steps_since_best_improved,
+epoch_start_skills, changed_task_types_this_epoch, rejected_buffer, system_packs, tool_packs,
+probations, gate_cooldown, gate_epoch_observed — plus the progress the planner reads (epoch, next
+step, slow-update functions done), the epoch's saved batches, the slow update's intermediate
+results, the budget ledger and the per-epoch summaries.
+
+Rules:
+
+* written atomically (temp + ``os.replace``), deterministic JSON (sorted keys), no wall clock;
+* **every key is required on read**: a missing key is corruption and raises
+  :class:`CheckpointError` (never a default);
+* a change of the config's *structural* fingerprint (pools, batches, seed) refuses resume; a
+  change of the *decision* fingerprint only warns;
+* ``workspace_mark`` records the store and manifest as they were at the checkpoint, so a unit of
+  work killed half-way is rolled back to exactly that point before it runs again
+  (:func:`restore_workspace_to_mark`): resume lands where an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Final
+
+from trm_assets.domain.edits import RejectedEdit
+from trm_assets.domain.errors import TrmError
+from trm_assets.evolution.types import SystemCasePack, ToolCasePack, to_jsonable
+from trm_assets.harness.atomic import atomic_write_json
+from trm_assets.harness.config import RunConfig
+from trm_assets.harness.store import list_versions, parse_version
+from trm_assets.harness.workspace import (
+    BestPointer,
+    VersionPair,
+    read_manifest,
+    store_roots,
+    write_manifest,
+)
+
+STATE_FORMAT: Final = "trm.train_state/1"
+N_SLOW_STEPS: Final = 10
+
+
+class CheckpointError(TrmError):
+    """A state file that is corrupt, or that belongs to an incompatible configuration."""
+
+
+class ConfigDriftWarning(UserWarning):
+    """The decision-relevant config changed since the checkpoint (resume continues)."""
+
+
+@dataclass
+class Probation:
+    """An open probation for one skill file (GATE §7): the anchor before its accepted edits."""
+
+    skill_file: str
+    task_type: str
+    anchor_skills_version: str
+    anchor_prompts_version: str
+    anchor_run_id: str | None  # the evaluation whose draws are the anchor (never a gate run)
+    anchor_default_hash: str  # default-strategy.md at the anchor (a change confounds)
+    correctness_snapshot: dict[str, bool | None]  # the type's validation questions, pre-merge
+    pending_edits: list[dict[str, Any]]  # applied edits of every accepted bundle, with evidence
+    opened_epoch: int
+    opened_step: int
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Probation:
+        return cls(**{f.name: d[f.name] for f in fields(cls)})
+
+
+@dataclass
+class TrainState:
+    """Everything the loop needs to continue (see the module docstring)."""
+
+    config_fingerprint: str
+    structural_fingerprint: str
+    # -- progress (read by plan.next_action) --
+    initialized: bool = False
+    epoch: int = 0
+    epoch_started: int = -1
+    next_step: int = 0
+    slow_done: int = 0
+    early_stopped: bool = False
+    finalized: bool = False
+    batches: list[list[str]] = field(default_factory=list)
+    # -- the seed's persisted state (SPEC 5.7) --
+    correctness: dict[str, bool | None] = field(default_factory=dict)
+    eval_prev_acc: float | None = None
+    eval_prev_run_id: str | None = None
+    baseline_skills_version: str | None = None
+    baseline_prompts_version: str | None = None
+    steps_since_best_improved: int = 0  # counted in slow updates (epochs), used by early stop
+    epoch_start_skills: dict[str, str] = field(default_factory=dict)  # file -> content hash
+    changed_task_types_this_epoch: list[str] = field(default_factory=list)
+    rejected_buffer: dict[str, list[RejectedEdit]] = field(default_factory=dict)
+    system_packs: SystemCasePack = field(default_factory=SystemCasePack)
+    tool_packs: dict[str, ToolCasePack] = field(default_factory=dict)
+    probations: dict[str, Probation] = field(default_factory=dict)
+    gate_cooldown: dict[str, int] = field(default_factory=dict)
+    gate_epoch_observed: bool = False
+    # -- epoch bookkeeping --
+    epoch_start_versions: dict[str, str] = field(default_factory=dict)  # skills, prompts
+    epoch_start_correctness: dict[str, bool | None] = field(default_factory=dict)
+    epoch_start_best: dict[str, Any] | None = None
+    epoch_counters: dict[str, float] = field(default_factory=dict)
+    slow: dict[str, Any] = field(default_factory=dict)
+    gates_total: int = 0
+    accepts_total: int = 0
+    budget: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    seed_eval: dict[str, Any] | None = None
+    final: dict[str, Any] | None = None
+    workspace_mark: dict[str, Any] = field(default_factory=dict)
+
+    # -- budget ledger --------------------------------------------------------------------------
+
+    def charge(
+        self,
+        scope: str,
+        phase: str,
+        *,
+        rollouts: int = 0,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        llm_calls: int = 0,
+    ) -> None:
+        """Account rollouts and tokens to ``scope`` (``init``, ``e0``, …, ``final``) × phase."""
+        row = self.budget.setdefault(scope, {}).setdefault(
+            phase, {"rollouts": 0, "prompt_tokens": 0, "completion_tokens": 0, "llm_calls": 0}
+        )
+        row["rollouts"] += rollouts
+        row["prompt_tokens"] += prompt_tokens
+        row["completion_tokens"] += completion_tokens
+        row["llm_calls"] += llm_calls
+
+    def count(self, name: str, amount: float = 1) -> None:
+        self.epoch_counters[name] = self.epoch_counters.get(name, 0) + amount
+
+
+_SEED_FIELDS: Final[tuple[str, ...]] = (
+    "correctness",
+    "eval_prev_acc",
+    "eval_prev_run_id",
+    "baseline_skills_version",
+    "baseline_prompts_version",
+    "steps_since_best_improved",
+    "epoch_start_skills",
+    "changed_task_types_this_epoch",
+    "rejected_buffer",
+    "system_packs",
+    "tool_packs",
+    "probations",
+    "gate_cooldown",
+    "gate_epoch_observed",
+)
+STATE_KEYS: Final[tuple[str, ...]] = tuple(f.name for f in fields(TrainState))
+assert set(_SEED_FIELDS) <= set(STATE_KEYS)
+
+
+def new_state(cfg: RunConfig) -> TrainState:
+    return TrainState(cfg.fingerprint(), cfg.structural_fingerprint())
+
+
+def state_to_dict(state: TrainState) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    for f in fields(TrainState):
+        value = getattr(state, f.name)
+        if f.name == "probations":
+            d[f.name] = {k: asdict(v) for k, v in sorted(value.items())}
+        elif f.name == "rejected_buffer":
+            d[f.name] = {k: [asdict(r) for r in v] for k, v in sorted(value.items())}
+        elif f.name == "changed_task_types_this_epoch":
+            d[f.name] = sorted(set(value))
+        else:
+            d[f.name] = to_jsonable(value)
+    return {"format": STATE_FORMAT, **d}
+
+
+def state_from_dict(data: Mapping[str, Any], source: str = "state.json") -> TrainState:
+    """Rebuild the state; any missing key is corruption (hard failure, naming the keys)."""
+    if data.get("format") != STATE_FORMAT:
+        raise CheckpointError(
+            f"{source}: format {data.get('format')!r}, expected {STATE_FORMAT!r} (not a training "
+            "checkpoint of this version; start a new workspace)"
+        )
+    missing = [k for k in STATE_KEYS if k not in data]
+    unknown = sorted(set(data) - set(STATE_KEYS) - {"format"})
+    if missing or unknown:
+        raise CheckpointError(
+            f"{source}: corrupt checkpoint: missing key(s) {missing}, unknown key(s) {unknown}; "
+            "a checkpoint is never completed with defaults — restore it or start a new workspace"
+        )
+    try:
+        kw: dict[str, Any] = {k: data[k] for k in STATE_KEYS}
+        kw["rejected_buffer"] = {
+            k: [RejectedEdit(**r) for r in v] for k, v in data["rejected_buffer"].items()
+        }
+        kw["system_packs"] = SystemCasePack.from_dict(data["system_packs"])
+        kw["tool_packs"] = {k: ToolCasePack.from_dict(v) for k, v in data["tool_packs"].items()}
+        kw["probations"] = {k: Probation.from_dict(v) for k, v in data["probations"].items()}
+        kw["changed_task_types_this_epoch"] = list(data["changed_task_types_this_epoch"])
+        return TrainState(**kw)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{source}: corrupt checkpoint ({type(e).__name__}: {e})") from None
+
+
+def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
+    """The checkpoint at ``path`` (None if there is none), checked against ``cfg``."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    state = state_from_dict(data, str(path))
+    if state.structural_fingerprint != cfg.structural_fingerprint():
+        raise CheckpointError(
+            f"{path}: the checkpoint was written with a different structural configuration "
+            f"(fingerprint {state.structural_fingerprint}, now {cfg.structural_fingerprint()}): "
+            "seed, data, pool sizes or batching changed, so the saved pools, batches and "
+            "correctness no longer apply. Resume with the original config or start a new workspace."
+        )
+    if state.config_fingerprint != cfg.fingerprint():
+        warnings.warn(
+            f"{path}: decision-relevant settings changed since the checkpoint (fingerprint "
+            f"{state.config_fingerprint} → {cfg.fingerprint()}); resuming with the new values",
+            ConfigDriftWarning,
+            stacklevel=2,
+        )
+        state.config_fingerprint = cfg.fingerprint()
+    return state
+
+
+def save_state(path: Path, state: TrainState, workspace: Path) -> None:
+    """Checkpoint: record the workspace mark, then write ``state.json`` atomically."""
+    state.workspace_mark = workspace_mark(workspace)
+    atomic_write_json(path, state_to_dict(state))
+
+
+# ------------------------------------------------------------------------------------------------
+# Workspace mark: roll back a half-finished unit of work
+
+
+def workspace_mark(workspace: Path) -> dict[str, Any]:
+    m = read_manifest(workspace)
+    skills_root, prompts_root = store_roots(workspace)
+    return {
+        "skills_latest": _latest_number(skills_root),
+        "prompts_latest": _latest_number(prompts_root),
+        "history_len": len(m.history),
+        "current": m.current.model_dump(),
+        "best": m.best.model_dump() if m.best is not None else None,
+    }
+
+
+def _latest_number(root: Path) -> int:
+    versions = list_versions(root)
+    return parse_version(versions[-1]) if versions else 0
+
+
+def restore_workspace_to_mark(workspace: Path, mark: Mapping[str, Any]) -> list[str]:
+    """Undo what a killed unit of work left behind after the checkpoint: versions created after
+    it (never referenced by the checkpoint), manifest pointers and history entries. Returns what
+    was removed (empty when the workspace is already at the mark)."""
+    if not mark:
+        return []
+    removed: list[str] = []
+    skills_root, prompts_root = store_roots(workspace)
+    for root, key in ((skills_root, "skills_latest"), (prompts_root, "prompts_latest")):
+        for v in list_versions(root):
+            if parse_version(v) > int(mark[key]):
+                shutil.rmtree(root / v)
+                removed.append(f"{root.name}/{v}")
+    m = read_manifest(workspace)
+    best = BestPointer(**mark["best"]) if mark["best"] is not None else None
+    restored = m.model_copy(
+        update={
+            "current": VersionPair(**mark["current"]),
+            "best": best,
+            "history": m.history[: int(mark["history_len"])],
+        }
+    )
+    if restored != m:
+        write_manifest(workspace, restored)
+        removed.append("manifest entries")
+    return removed
+
+
+def open_unit(
+    workspace: Path, state_path: Path, cfg: RunConfig, cache_dir: Path, run_prefix: str
+) -> TrainState:
+    """Load the checkpoint for a unit of work and roll the workspace back to it: versions,
+    manifest pointers/history and baseline-cache entries (runs starting with ``run_prefix``)
+    left by a previous attempt of this unit that was killed half-way."""
+    from trm_assets.harness.baseline_cache_store import purge_cache_runs
+
+    state = load_state(state_path, cfg)
+    if state is None:
+        raise CheckpointError(
+            f"{state_path}: no training state; run `trm train` (which initialises it) first"
+        )
+    restore_workspace_to_mark(workspace, state.workspace_mark)
+    purge_cache_runs(cache_dir, run_prefix)
+    return state

@@ -1,0 +1,624 @@
+"""The fast update: one step of one epoch (SPEC 5.3, seed §15 ``_run_step`` /
+``_gate_batch_skills``), plus the two units around it: :func:`initialize_training` (the seed
+evaluation that gives the cold ladder and the first best) and :func:`begin_epoch` (batches and
+epoch-start snapshots, run by the epoch's first step).
+
+A step, in order:
+
+1. roll out the epoch's saved batch with the current (skills, prompts) — run ``{base}_e{E}_s{S}``;
+2. update ``correctness`` incrementally (an infra failure leaves the previous value);
+3. diagnose the failures → per-skill case packs (now) and system/tool packs (accumulated);
+4. per task type of the batch, in sorted order: skip in cooldown; evolve the skill within the edit
+   budget (never repeating the rejected buffer); skip without an applied edit; take the ladder
+   (case-pack questions excluded); validate (:mod:`.validate`); then **accept** (snapshot the
+   type's correctness *before* merging, new immutable version, manifest, merge the candidate's
+   observed correctness, clear the skill's rejected buffer, open/extend a probation — never for
+   ``default-strategy.md``), **reject** (only ``applied`` edits enter the rejected buffer,
+   cooldown) or **abort** (INFRA / no ladder: cooldown only);
+5. decrement cooldowns and checkpoint.
+
+Every function here is synchronous (``asyncio.run`` inside) so a Dagster op can call it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from trm_assets.domain.batching import make_batches
+from trm_assets.domain.edits import edit_budget_at, rejected_entries
+from trm_assets.domain.gate import Verdict
+from trm_assets.domain.ladder import ladder_for, update_ladder
+from trm_assets.domain.question import DEFAULT_SKILL_FILE, Question, skill_file_name
+from trm_assets.domain.run_level import RunErrorParams, gate_params_for
+from trm_assets.evolution.diagnosis import load_diagnose_prompts, run_diagnosis
+from trm_assets.evolution.evolve import evolve_single_skill, load_evolve_prompts
+from trm_assets.evolution.types import (
+    EvolutionRecord,
+    LLMCallRecord,
+    SkillCasePack,
+    merge_tool_packs,
+    text_hash,
+)
+from trm_assets.harness.context import LoopContext
+from trm_assets.harness.inference import InferenceResult, run_inference
+from trm_assets.harness.ladder_store import load_or_new_ladder, save_ladder
+from trm_assets.harness.observation import write_rows
+from trm_assets.harness.plan import Action, next_action, progress_of
+from trm_assets.harness.runlog import RunLogReader
+from trm_assets.harness.seeds import rng_for
+from trm_assets.harness.state import (
+    CheckpointError,
+    Probation,
+    TrainState,
+    load_state,
+    new_state,
+    open_unit,
+    save_state,
+)
+from trm_assets.harness.validate import (
+    NO_LADDER,
+    GateRequest,
+    ValidationOutcome,
+    validate_candidate_skill,
+)
+from trm_assets.harness.workspace import (
+    advance_current,
+    prompt_store,
+    read_best,
+    record_run,
+    skill_store,
+    update_best,
+)
+from trm_assets.llm.protocol import InfraError
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SkillGateReport:
+    """What happened to one skill file in a step (one ``step_report`` row)."""
+
+    skill_file: str
+    task_type: str
+    action: str  # cooldown | no_failures | gate_cap | no_edit | accept | reject | abort
+    verdict: str | None = None
+    new_skills_version: str | None = None
+    wins: int | None = None
+    losses: int | None = None
+    detail: str = ""
+    n_edits: int | None = None
+    n_applied: int | None = None
+    outcome: ValidationOutcome | None = None
+
+
+@dataclass(frozen=True)
+class StepResult:
+    epoch: int
+    step: int
+    run_id: str
+    n: int
+    accuracy: float | None
+    reports: tuple[SkillGateReport, ...]
+    skills_version: str
+    prompts_version: str
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers shared with the slow update
+
+
+def sample_index(seed: int, purpose: str, *parts: int | str) -> int:
+    """A reproducible model sample index for one call (seeded stream per purpose and position)."""
+    return int(rng_for(seed, purpose, *parts).integers(0, 2**31 - 1))
+
+
+def charge_calls(state: TrainState, scope: str, phase: str, calls: Sequence[LLMCallRecord]) -> None:
+    state.charge(
+        scope,
+        phase,
+        prompt_tokens=sum(c.prompt_tokens for c in calls),
+        completion_tokens=sum(c.completion_tokens for c in calls),
+        llm_calls=len(calls),
+    )
+
+
+def charge_inference(state: TrainState, scope: str, phase: str, res: InferenceResult) -> None:
+    state.charge(
+        scope,
+        phase,
+        rollouts=res.n,
+        prompt_tokens=res.usage.prompt_tokens,
+        completion_tokens=res.usage.completion_tokens,
+        llm_calls=sum(p.n_llm_calls for p in res.predictions),
+    )
+
+
+async def evaluate(
+    ctx: LoopContext,
+    run_id: str,
+    skills_version: str,
+    prompts_version: str,
+    questions: Sequence[Question],
+    kind: str,
+) -> InferenceResult:
+    """Roll out ``questions`` with a stored version pair, recorded under ``run_id``."""
+    record_run(
+        ctx.workspace,
+        run_id,
+        skills_version=skills_version,
+        prompts_version=prompts_version,
+        kind=kind,
+        use_current=False,
+    )
+    res = await run_inference(
+        list(questions),
+        llm=ctx.providers.agent,
+        tools=ctx.toolbox,
+        log=ctx.log,
+        run_id=run_id,
+        concurrency=ctx.cfg.concurrency,
+        max_steps=ctx.cfg.max_agent_steps,
+        skill_mode=ctx.cfg.skill_mode,
+        skills=ctx.skills(skills_version),
+        prompts=ctx.agent_prompts(prompts_version),
+        run_kind=kind,
+        skills_version=skills_version,
+        prompts_version=prompts_version,
+        questions_ref=ctx.dataset.questions_ref,
+    )
+    ctx.log.set_run_versions(
+        run_id,
+        skills_version=skills_version,
+        prompts_version=prompts_version,
+        questions_ref=ctx.dataset.questions_ref,
+    )
+    return res
+
+
+def outcomes_by_qid(res: InferenceResult) -> dict[str, bool | None]:
+    """One draw per question (replicate 0), sorted."""
+    return {p.question_id: p.outcome for p in sorted(res.predictions, key=lambda p: p.question_id)}
+
+
+def require_action(ctx: LoopContext, state: TrainState, expected: Action) -> None:
+    """Refuse to run a unit the planner would not run next (out of order / already done)."""
+    got = next_action(progress_of(state, ctx.cfg))
+    if got != expected:
+        raise CheckpointError(
+            f"{ctx.paths.state}: the next unit of work is {got.describe()}, not "
+            f"{expected.describe()}; run units in the planner's order (`trm train --resume`)"
+        )
+
+
+def checkpoint(ctx: LoopContext, state: TrainState) -> None:
+    ctx.log.flush()
+    save_state(ctx.paths.state, state, ctx.workspace)
+
+
+# ------------------------------------------------------------------------------------------------
+# init
+
+
+def initialize_training(ctx: LoopContext, *, echo: Echo | None = None) -> TrainState:
+    """Seed evaluation on the validation pool (run ``{base}_init``): correctness, the cold ladder
+    (one observation per question), the first best (the seed skills) and the state file."""
+    paths = ctx.paths
+    existing = load_state(paths.state, ctx.cfg)
+    if existing is not None and existing.initialized:
+        raise CheckpointError(f"{paths.state}: training is already initialised")
+    state = new_state(ctx.cfg)
+    sv, pv = paths.skills_version, paths.prompts_version
+    run_id = f"{ctx.base}_init"
+    res = asyncio.run(evaluate(ctx, run_id, sv, pv, ctx.pool_questions("validation"), "seed_eval"))
+    charge_inference(state, "init", "seed_eval", res)
+    outcomes = outcomes_by_qid(res)
+    state.correctness.update(outcomes)
+    tasks = {q: ctx.questions[q].task_type for q in ctx.pools.validation}
+    ladder = load_or_new_ladder(paths.ladder, tasks, ctx.ladder_params())
+    save_ladder(paths.ladder, update_ladder(ladder, run_id, outcomes))
+    state.eval_prev_acc, state.eval_prev_run_id = res.accuracy, run_id
+    state.baseline_skills_version, state.baseline_prompts_version = sv, pv
+    if read_best(ctx.workspace) is None:
+        update_best(ctx.workspace, skills=sv, prompts=pv, val_accuracy=res.accuracy, run_id=run_id)
+    state.seed_eval = {
+        "run_id": run_id,
+        "skills_version": sv,
+        "prompts_version": pv,
+        "val_accuracy": res.accuracy,
+        "val_expected_accuracy": ctx.expected_accuracy(sv, pv, list(ctx.pools.validation)),
+    }
+    state.initialized = True
+    checkpoint(ctx, state)
+    if echo is not None:
+        exp = state.seed_eval["val_expected_accuracy"]
+        echo(
+            f"init: seed skills {sv}/{pv} val accuracy {_fmt(res.accuracy)}"
+            + (f" (expected {_fmt(exp)}, SIMULATED)" if exp is not None else "")
+        )
+    return state
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+# ------------------------------------------------------------------------------------------------
+# epoch start
+
+
+def begin_epoch(ctx: LoopContext, state: TrainState, epoch: int) -> None:
+    """Batches of the diagnosis pool (seeded per epoch, wrong answers mixed in) and the epoch-start
+    snapshots (versions, skill hashes, validation correctness, best); clears the accumulators."""
+    paths = ctx.paths
+    diagnosis = ctx.pool_questions("diagnosis")
+    batches = make_batches(
+        diagnosis,
+        batch_size=ctx.cfg.batch_size,
+        min_class_per_batch=ctx.cfg.min_class_per_batch,
+        correctness=state.correctness,
+        rng=rng_for(ctx.cfg.seed, "batches", epoch),
+    )
+    state.batches = [list(b) for b in batches]
+    state.epoch_started = epoch
+    state.epoch_start_versions = {"skills": paths.skills_version, "prompts": paths.prompts_version}
+    state.epoch_start_skills = {
+        name: text_hash(text) for name, text in sorted(ctx.skills(paths.skills_version).items())
+    }
+    state.epoch_start_correctness = {q: state.correctness.get(q) for q in ctx.pools.validation}
+    best = read_best(ctx.workspace)
+    state.epoch_start_best = best.model_dump() if best is not None else None
+    state.changed_task_types_this_epoch = []
+    state.system_packs = type(state.system_packs)()
+    state.tool_packs = {}
+    state.epoch_counters = {
+        "accepted": 0,
+        "rejected": 0,
+        "aborted": 0,
+        "rolled_back": 0,
+        "gates": 0,
+        "alpha_sum": 0.0,
+    }
+    state.slow = {}
+
+
+# ------------------------------------------------------------------------------------------------
+# the step
+
+
+def run_step(ctx: LoopContext, epoch: int, step: int, *, echo: Echo | None = None) -> StepResult:
+    """Run step ``step`` of epoch ``epoch`` and checkpoint (the planner's next unit only)."""
+    paths = ctx.paths
+    state = open_unit(
+        ctx.workspace,
+        paths.state,
+        ctx.cfg,
+        paths.baseline_cache,
+        f"{ctx.base}_e{epoch}_s{step}_gate_",
+    )
+    require_action(ctx, state, Action("step", epoch=epoch, step=step))
+    _check_ladder(ctx)  # a corrupt ladder fails before any rollout is recorded
+    if state.epoch_started < epoch:
+        begin_epoch(ctx, state, epoch)
+    result = asyncio.run(_run_step(ctx, state, epoch, step, echo))
+    for name in sorted(state.gate_cooldown):  # 4. decrement cooldowns
+        state.gate_cooldown[name] -= 1
+        if state.gate_cooldown[name] <= 0:
+            del state.gate_cooldown[name]
+    state.next_step = step + 1
+    checkpoint(ctx, state)
+    if echo is not None:
+        acts = [r.action for r in result.reports]
+        n_acc, n_rej, n_abort = acts.count("accept"), acts.count("reject"), acts.count("abort")
+        echo(
+            f"epoch {epoch} step {step}: batch {result.n} acc {_fmt(result.accuracy)}; "
+            f"accepted {n_acc}, rejected {n_rej}, aborted {n_abort}, "
+            f"skipped {len(acts) - n_acc - n_rej - n_abort}; skills {result.skills_version}"
+        )
+    return result
+
+
+async def _run_step(
+    ctx: LoopContext, state: TrainState, epoch: int, step: int, echo: Echo | None
+) -> StepResult:
+    cfg, scope = ctx.cfg, f"e{epoch}"
+    paths = ctx.paths
+    batch = state.batches[step % len(state.batches)] if state.batches else []
+    run_id = f"{ctx.base}_e{epoch}_s{step}"
+    # 1-2. rollouts of the batch, correctness
+    res = await evaluate(
+        ctx,
+        run_id,
+        paths.skills_version,
+        paths.prompts_version,
+        [ctx.questions[q] for q in batch],
+        "step",
+    )
+    charge_inference(state, scope, "step_rollouts", res)
+    for qid, outcome in outcomes_by_qid(res).items():
+        if outcome is not None:
+            state.correctness[qid] = outcome
+    # 3. diagnosis
+    ctx.log.flush()
+    try:
+        diag = await run_diagnosis(
+            run_id,
+            ctx.questions,
+            ctx.dataset.trees,
+            ctx.providers.diagnose,
+            RunLogReader.open(paths.run_db),
+            skill_store(paths),
+            load_diagnose_prompts(prompt_store(paths)),
+            cfg.concurrency,
+            sample=sample_index(cfg.seed, "diagnose", epoch, step),
+        )
+    except InfraError as e:  # every diagnose call failed for infra: nothing to evolve from
+        state.count("diagnose_infra")
+        if echo is not None:
+            echo(f"epoch {epoch} step {step}: diagnosis failed (infra: {e.kind}); no edits")
+        skill_packs: Mapping[str, SkillCasePack] = {}
+    else:
+        charge_calls(state, scope, "diagnose", diag.calls)
+        state.system_packs = state.system_packs.merged(diag.system_pack)
+        state.tool_packs = merge_tool_packs(state.tool_packs, diag.tool_packs)
+        skill_packs = diag.skill_packs
+    # 4. per skill, task types in sorted order
+    budget = edit_budget_at(epoch, step, ctx.budget_schedule())
+    evolve_prompts = load_evolve_prompts(prompt_store(paths))
+    reports: list[SkillGateReport] = []
+    for task_type in sorted({ctx.questions[q].task_type for q in batch}):
+        report = await _gate_skill(
+            ctx, state, epoch, step, task_type, skill_packs, budget,
+            evolve_prompts.evolve_skill, run_id, echo,
+        )  # fmt: skip
+        reports.append(report)
+        write_rows(ctx.log, "step_report", [_step_row(epoch, step, report, budget)])
+    paths = ctx.paths
+    return StepResult(
+        epoch,
+        step,
+        run_id,
+        res.n,
+        res.accuracy,
+        tuple(reports),
+        paths.skills_version,
+        paths.prompts_version,
+    )
+
+
+def _check_ladder(ctx: LoopContext) -> None:
+    tasks = {q: ctx.questions[q].task_type for q in ctx.pools.validation}
+    load_or_new_ladder(ctx.paths.ladder, tasks, ctx.ladder_params())
+
+
+def _step_row(epoch: int, step: int, r: SkillGateReport, budget: int) -> dict[str, object]:
+    o = r.outcome
+    return {
+        "epoch": epoch,
+        "step": step,
+        "skill_file": r.skill_file,
+        "task_type": r.task_type,
+        "action": r.action,
+        "verdict": r.verdict,
+        "policy": o.policy if o else None,
+        "gate_run_id": o.gate_run_id if o else None,
+        "wins": r.wins,
+        "losses": r.losses,
+        "blocks": o.blocks if o else None,
+        "candidate_rollouts": o.candidate_rollouts if o else None,
+        "baseline_rollouts": o.baseline_rollouts if o else None,
+        "cache_hits": o.cache_hits if o else None,
+        "edit_budget": budget,
+        "n_edits": r.n_edits,
+        "n_applied": r.n_applied,
+        "new_skills_version": r.new_skills_version,
+        "detail": r.detail,
+    }
+
+
+def _run_error_params(ctx: LoopContext) -> RunErrorParams:
+    cfg = ctx.cfg
+    max_gates = cfg.run_max_gates or cfg.epochs * cfg.steps_per_epoch * len(ctx.dataset.task_types)
+    return RunErrorParams(
+        policy=cfg.run_error_policy,
+        pfer_budget=cfg.run_pfer_budget,
+        fdr_alpha=cfg.run_fdr_alpha,
+        max_gates=max_gates,
+    )
+
+
+async def _gate_skill(
+    ctx: LoopContext,
+    state: TrainState,
+    epoch: int,
+    step: int,
+    task_type: str,
+    packs: Mapping[str, SkillCasePack],
+    budget: int,
+    template: str,
+    run_id: str,
+    echo: Echo | None,
+) -> SkillGateReport:
+    cfg, scope = ctx.cfg, f"e{epoch}"
+    skill_file = skill_file_name(task_type)
+    if state.gate_cooldown.get(skill_file, 0) > 0:
+        return SkillGateReport(skill_file, task_type, "cooldown")
+    pack = packs.get(skill_file)
+    if pack is None:
+        return SkillGateReport(skill_file, task_type, "no_failures")
+    run_params = _run_error_params(ctx)
+    if state.gates_total >= run_params.max_gates:  # GATE §6.4: a hard cap on the gates of a run
+        return SkillGateReport(
+            skill_file, task_type, "gate_cap", detail=f"run_max_gates={run_params.max_gates}"
+        )
+    paths = ctx.paths
+    try:
+        record = await evolve_single_skill(
+            pack,
+            skill_store(paths),
+            llm=ctx.providers.evolve,
+            template=template,
+            budget=budget,
+            rejected=state.rejected_buffer.get(skill_file, []),
+            sample=sample_index(cfg.seed, "evolve_skill", epoch, step, skill_file),
+        )
+    except InfraError as e:  # no candidate: nothing was tested, no blacklist, no cooldown
+        return SkillGateReport(skill_file, task_type, "no_edit", "INFRA", detail=f"evolve: {e}")
+    charge_calls(state, scope, "evolve", record.calls)
+    n_edits = len(record.edits)
+    n_applied = len(record.applied_edits)
+    if not record.changed:
+        return SkillGateReport(
+            skill_file, task_type, "no_edit", detail=record.detail, n_edits=n_edits,
+            n_applied=n_applied,
+        )  # fmt: skip
+    excluded = tuple(pack.question_ids)
+    tasks = {q: ctx.questions[q].task_type for q in ctx.pools.validation}
+    ladder = load_or_new_ladder(paths.ladder, tasks, ctx.ladder_params())
+    ladder_qids = ladder_for(ladder, task_type, warm=state.gate_epoch_observed, exclude=excluded)
+    pool_qids = tuple(q for q in ctx.validation_by_type.get(task_type, ()) if q not in excluded)
+    params = gate_params_for(
+        state.gates_total + 1, state.accepts_total, ctx.gate_params(), run_params
+    )
+    req = GateRequest(
+        epoch=epoch,
+        step=step,
+        skill_file=skill_file,
+        task_type=task_type,
+        candidate_text=record.candidate_text,
+        baseline_skills=ctx.skills(paths.skills_version),
+        skills_version=paths.skills_version,
+        prompts_version=paths.prompts_version,
+        ladder_qids=ladder_qids,
+        pool_qids=pool_qids,
+        gate_run_id=f"{run_id}_gate_{skill_file.removesuffix('.md')}",
+        ladder_run_ids=ladder.applied_runs,
+    )
+    outcome = await validate_candidate_skill(ctx, req, params=params)
+    state.charge(
+        scope,
+        "gate",
+        rollouts=outcome.baseline_rollouts + outcome.candidate_rollouts,
+        prompt_tokens=outcome.prompt_tokens,
+        completion_tokens=outcome.completion_tokens,
+    )
+    if echo is not None:
+        echo(
+            f"  gate {skill_file}: {outcome.verdict} (W={outcome.wins} L={outcome.losses}, "
+            f"{outcome.blocks} block(s), {outcome.candidate_rollouts} candidate + "
+            f"{outcome.baseline_rollouts} baseline rollouts, {outcome.cache_hits} cache hits)"
+        )
+    if outcome.verdict != NO_LADDER:  # a gate that could not start decided nothing
+        state.gates_total += 1
+        state.count("gates")
+        state.count("alpha_sum", params.alpha)
+    if outcome.action == "accept":
+        version = apply_accept(ctx, state, req, record, outcome)
+        return SkillGateReport(
+            skill_file, task_type, "accept", outcome.verdict, version, outcome.wins,
+            outcome.losses, record.detail, n_edits, n_applied, outcome,
+        )  # fmt: skip
+    if outcome.action == "reject":
+        apply_reject(ctx, state, req, record, outcome)
+        return SkillGateReport(
+            skill_file, task_type, "reject", outcome.verdict, None, outcome.wins,
+            outcome.losses, record.detail, n_edits, n_applied, outcome,
+        )  # fmt: skip
+    state.count("aborted")
+    if cfg.gate_cooldown_steps > 0:
+        state.gate_cooldown[skill_file] = cfg.gate_cooldown_steps
+    return SkillGateReport(
+        skill_file, task_type, "abort", outcome.verdict, None, outcome.wins, outcome.losses,
+        "no verdict (INFRA or no ladder): no blacklist entry, cooldown", n_edits, n_applied,
+        outcome,
+    )  # fmt: skip
+
+
+def apply_accept(
+    ctx: LoopContext,
+    state: TrainState,
+    req: GateRequest,
+    record: EvolutionRecord,
+    outcome: ValidationOutcome,
+) -> str:
+    """SPEC 5.3 accept, in the seed's order; returns the new skills version."""
+    qids = ctx.validation_by_type.get(req.task_type, ())
+    snapshot = {q: state.correctness.get(q) for q in qids}  # BEFORE merging (probation anchor)
+    anchor_skills, anchor_prompts = req.skills_version, req.prompts_version
+    meta = advance_current(  # promote → manifest (current pointer) …
+        ctx.workspace,
+        "skills",
+        {req.skill_file: record.candidate_text},
+        reason=f"accept e{req.epoch} s{req.step} {req.skill_file} ({outcome.verdict})",
+        edits=record.report_rows(),
+        extra={
+            "gate_run_id": outcome.gate_run_id,
+            "verdict": outcome.verdict,
+            "policy": outcome.policy,
+            "wins": outcome.wins,
+            "losses": outcome.losses,
+        },
+    )  # … and ctx.paths resolves the new current on its next access (refresh paths)
+    for qid, value in sorted(outcome.candidate_correctness.items()):  # merge candidate correctness
+        if value is not None:
+            state.correctness[qid] = value
+    state.rejected_buffer.pop(req.skill_file, None)  # clear this skill's rejected buffer
+    if req.skill_file != DEFAULT_SKILL_FILE:  # probation (never for default-strategy.md)
+        evidence = {
+            "gate_run_id": outcome.gate_run_id,
+            "verdict": outcome.verdict,
+            "wins": outcome.wins,
+            "losses": outcome.losses,
+            "version": meta.version,
+        }
+        edits = [
+            {**e.model_dump(), **evidence}
+            for e in (record.apply_report.applied if record.apply_report else ())
+        ]
+        open_probation = state.probations.get(req.skill_file)
+        if open_probation is not None:  # a second accept of the same skill extends the bundle
+            open_probation.pending_edits.extend(edits)
+        else:
+            base = ctx.skills(anchor_skills)
+            state.probations[req.skill_file] = Probation(
+                skill_file=req.skill_file,
+                task_type=req.task_type,
+                anchor_skills_version=anchor_skills,
+                anchor_prompts_version=anchor_prompts,
+                anchor_run_id=state.eval_prev_run_id,
+                anchor_default_hash=text_hash(base.get(DEFAULT_SKILL_FILE, "")),
+                correctness_snapshot=snapshot,
+                pending_edits=edits,
+                opened_epoch=req.epoch,
+                opened_step=req.step,
+            )
+    if req.task_type not in state.changed_task_types_this_epoch:
+        state.changed_task_types_this_epoch.append(req.task_type)
+    state.accepts_total += 1
+    state.count("accepted")
+    return meta.version
+
+
+def apply_reject(
+    ctx: LoopContext,
+    state: TrainState,
+    req: GateRequest,
+    record: EvolutionRecord,
+    outcome: ValidationOutcome,
+) -> None:
+    """SPEC 5.3 reject: only edits whose apply status is ``applied`` enter the rejected buffer
+    (tagged verified-harmful only on REJECT_HARM); the skill starts its cooldown."""
+    verdict = outcome.kernel_verdict or Verdict.REJECT_BUDGET
+    if record.apply_report is not None:
+        entries = rejected_entries(
+            record.apply_report,
+            verdict,
+            skill_file=req.skill_file,
+            wins=outcome.wins,
+            losses=outcome.losses,
+        )
+        state.rejected_buffer.setdefault(req.skill_file, []).extend(entries)
+    if ctx.cfg.gate_cooldown_steps > 0:
+        state.gate_cooldown[req.skill_file] = ctx.cfg.gate_cooldown_steps
+    state.count("rejected")

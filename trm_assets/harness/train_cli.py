@@ -1,0 +1,312 @@
+"""``trm train``, ``trm eval``, ``trm promote``, ``trm report`` (registered by
+:mod:`trm_assets.cli`). ``trm train`` runs the loop in-process through the planner; every unit of
+work checkpoints, so ``--resume`` continues exactly where a stopped run left off.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from trm_assets.cli_support import fail_on_trm_error
+
+_WS = click.option(
+    "--workspace", "workspace", required=True, type=click.Path(path_type=Path), help="Directory."
+)
+_SET = click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a setting."
+)
+
+
+def _config(workspace: Path, config_path: Path | None, overrides: tuple[str, ...]) -> Any:
+    """The config from ``--config``, else the one ``trm init`` stored in the workspace."""
+    from trm_assets.harness.config import load_config
+    from trm_assets.harness.workspace import WorkspaceError, resolve_paths
+
+    if config_path is None:
+        stored = resolve_paths(workspace).config
+        if not stored.is_file():
+            raise WorkspaceError(f"{stored}: no stored config; pass --config FILE")
+        config_path = stored
+    return load_config(config_path, overrides)
+
+
+# ------------------------------------------------------------------------------------------------
+# trm train
+
+
+@click.command("train")
+@_WS
+@click.option(
+    "--config", "config_path", required=True, type=click.Path(path_type=Path), help="YAML config."
+)
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override `epochs`.")
+@click.option("--resume", is_flag=True, help="Continue from the workspace's checkpoint.")
+@click.option("--dry-run", is_flag=True, help="Print the pre-flight budget estimate and stop.")
+@click.option(
+    "--no-dagster",
+    is_flag=True,
+    help="Call the units directly instead of running each as a Dagster run (same results).",
+)
+@_SET
+@fail_on_trm_error
+def train_cmd(
+    workspace: Path,
+    config_path: Path,
+    epochs: int | None,
+    resume: bool,
+    dry_run: bool,
+    no_dagster: bool,
+    overrides: tuple[str, ...],
+) -> None:
+    """Run the training loop (epoch → step → per-skill gate, ten-step slow update) on DIR."""
+    from trm_assets.harness.budget import estimate, format_estimate
+    from trm_assets.harness.config import load_config
+    from trm_assets.harness.context import loop_context
+    from trm_assets.harness.dataset import load_dataset
+    from trm_assets.harness.pools_io import build_or_load_pools
+    from trm_assets.harness.runner import current_action, train
+    from trm_assets.harness.state import CheckpointError
+    from trm_assets.harness.workspace import resolve_paths
+
+    extra = (f"epochs={epochs}",) if epochs is not None else ()
+    cfg = load_config(config_path, (*overrides, *extra))
+    paths = resolve_paths(workspace)
+    label = "SIMULATED world" if cfg.llm_provider == "sim" else f"model {cfg.agent_model}"
+    if dry_run:
+        ds = load_dataset(cfg, with_trees=False)
+        pools = build_or_load_pools(
+            cfg, ds.questions, None if not paths.pools.exists() else paths.pools
+        )
+        click.echo(f"config {config_path} (fingerprint {cfg.fingerprint()}), {label}")
+        click.echo(format_estimate(estimate(cfg, ds.questions, pools)))
+        return
+    if paths.state.exists() and not resume:
+        raise CheckpointError(
+            f"{paths.state}: this workspace already has a training state; pass --resume to "
+            "continue it, or `trm init` a new workspace to start over"
+        )
+    click.echo(f"training {workspace} with {config_path} ({label}, {cfg.epochs} epoch(s))")
+    if not no_dagster:
+        _train_through_dagster(workspace, config_path, (*overrides, *extra))
+        return
+    with loop_context(workspace, cfg) as ctx:
+        first = current_action(ctx)
+        if resume and first.kind != "init":
+            click.echo(f"resuming at {first.describe()}")
+        summary = train(ctx, echo=click.echo)
+    click.echo(f"{summary.last.describe()}: {summary.units} unit(s) of work run")
+    click.echo(f"report: trm report --workspace {workspace}")
+
+
+def _train_through_dagster(workspace: Path, config_path: Path, overrides: tuple[str, ...]) -> None:
+    """Every unit as a Dagster run in the project's instance (visible in `make ui`)."""
+    import dagster as dg
+
+    from trm_assets.defs.driver import drive, ensure_dagster_home
+    from trm_assets.defs.resources import TrmResource
+
+    home = ensure_dagster_home()
+    click.echo(f"dagster instance: {home} (each unit of work is a Dagster run)")
+    trm = TrmResource(
+        workspace=str(workspace), config_path=str(config_path), overrides=list(overrides)
+    )
+    with dg.DagsterInstance.get() as instance:
+        summary = drive(trm, instance, echo=click.echo)
+    click.echo(f"{summary.last.describe()}: {summary.runs} Dagster run(s)")
+    click.echo(f"report: trm report --workspace {workspace}")
+    click.echo(f"UI:     make ui  (DAGSTER_HOME={home}; TRM_DAGSTER_WORKSPACE={workspace})")
+
+
+# ------------------------------------------------------------------------------------------------
+# trm eval
+
+
+@click.command("eval")
+@_WS
+@click.option("--version", "version", required=True, help="Skills version (vN).")
+@click.option(
+    "--pool", type=click.Choice(["validation", "test"]), required=True, help="Which pool."
+)
+@click.option(
+    "--prompts", "prompts_version", default=None, help="Prompts version (default: current)."
+)
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None)
+@_SET
+@fail_on_trm_error
+def eval_cmd(
+    workspace: Path,
+    version: str,
+    pool: str,
+    prompts_version: str | None,
+    config_path: Path | None,
+    overrides: tuple[str, ...],
+) -> None:
+    """Evaluate a stored skills version on a pool; prints the run id to promote."""
+    import asyncio
+
+    from trm_assets.harness.context import loop_context
+    from trm_assets.harness.runlog import RunLogReader
+    from trm_assets.harness.step import evaluate
+
+    cfg = _config(workspace, config_path, overrides)
+    with loop_context(workspace, cfg) as ctx:
+        pv = prompts_version or ctx.paths.prompts_version
+        ctx.skills(version)  # a missing version fails before any rollout
+        run_id = f"eval_{version}_{pv}_{pool}"
+        ctx.log.flush()
+        with RunLogReader.open(ctx.paths.run_db) as reader:
+            row = reader.run(run_id)
+        if row is not None and row.get("status") == "done":
+            acc = row.get("accuracy")
+            click.echo(f"run {run_id} already evaluated (reused)")
+        else:
+            qs = ctx.pool_questions(pool)
+            click.echo(
+                f"evaluating skills {version} / prompts {pv} on {pool} ({len(qs)} questions)"
+            )
+            res = asyncio.run(evaluate(ctx, run_id, version, pv, qs, f"eval_{pool}"))
+            acc = res.accuracy
+        exp = ctx.expected_accuracy(version, pv, list(ctx.pools.pool(pool)))
+    line = f"run {run_id}: accuracy {acc if acc is None else f'{acc:.3f}'}"
+    if exp is not None:
+        line += f" (expected {exp:.3f}, SIMULATED)"
+    click.echo(line)
+    click.echo(
+        f"promote with: trm promote --workspace {workspace} --version {version} "
+        f"--eval-run {run_id} --name NAME"
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# trm promote
+
+
+@click.command("promote")
+@_WS
+@click.option("--version", "version", required=True, help="Skills version (vN).")
+@click.option("--eval-run", "eval_run", required=True, help="The evaluation run that proves it.")
+@click.option("--name", required=True, help="Seed name.")
+@click.option(
+    "--seeds-dir", default=Path("seeds"), show_default=True, type=click.Path(path_type=Path)
+)
+@fail_on_trm_error
+def promote_cmd(workspace: Path, version: str, eval_run: str, name: str, seeds_dir: Path) -> None:
+    """Promote a skills version (with its evaluation run) to a named seed."""
+    from trm_assets.harness.workspace import promote_version
+
+    seed = promote_version(
+        workspace, version=version, eval_run_id=eval_run, name=name, seeds_dir=seeds_dir
+    )
+    click.echo(f"seed {seed.meta.name} written to {seed.directory}")
+
+
+# ------------------------------------------------------------------------------------------------
+# trm report
+
+
+def report_data(workspace: Path) -> dict[str, Any]:
+    """The ``trm report --json`` contract, from the checkpoint and the manifest."""
+    from trm_assets.harness.state import CheckpointError, state_from_dict
+    from trm_assets.harness.workspace import read_manifest, resolve_paths
+
+    m = read_manifest(workspace)
+    path = resolve_paths(workspace).state
+    if not path.exists():
+        raise CheckpointError(f"{path}: no training state yet; run `trm train` first")
+    state = state_from_dict(json.loads(path.read_text(encoding="utf-8")), str(path))
+    epochs = [
+        {
+            k: h[k]
+            for k in (
+                "epoch",
+                "val_accuracy",
+                "test_accuracy",
+                "val_expected_accuracy",
+                "accepted",
+                "rejected",
+                "rolled_back",
+                "gates",
+                "expected_false_accepts",
+                "rollouts",
+                "tokens",
+            )
+        }
+        for h in sorted(state.history, key=lambda h: h["epoch"])
+    ]
+    seed = state.seed_eval or {}
+    best_expected: float | None = None
+    if state.final is not None:
+        best_expected = state.final["val_expected_accuracy"]
+    elif state.history:
+        best_expected = state.history[-1]["best"]["val_expected_accuracy"]
+    elif m.best is not None and seed.get("skills_version") == m.best.skills:
+        best_expected = seed.get("val_expected_accuracy")
+    return {
+        "epochs": epochs,
+        "seed": {
+            "val_accuracy": seed.get("val_accuracy"),
+            "val_expected_accuracy": seed.get("val_expected_accuracy"),
+        },
+        "best": {
+            "skills_version": m.best.skills if m.best else None,
+            "val_accuracy": m.best.val_accuracy if m.best else None,
+            "val_expected_accuracy": best_expected,
+        },
+    }
+
+
+def _f(x: Any) -> str:
+    return "   n/a" if x is None else f"{x:6.3f}"
+
+
+@click.command("report")
+@_WS
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@fail_on_trm_error
+def report_cmd(workspace: Path, as_json: bool) -> None:
+    """Per-epoch accuracies and counts, the seed and the best version."""
+    data = report_data(workspace)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    simulated = data["seed"]["val_expected_accuracy"] is not None
+    click.echo(
+        f"{'epoch':>5} {'val':>6} {'exp':>6} {'test':>6} {'acc':>4} {'rej':>4} {'rb':>3} "
+        f"{'gates':>5} {'E[FA]':>6} {'rollouts':>9} {'tokens':>11}"
+    )
+    for e in data["epochs"]:
+        click.echo(
+            f"{e['epoch']:>5} {_f(e['val_accuracy'])} {_f(e['val_expected_accuracy'])} "
+            f"{_f(e['test_accuracy'])} {e['accepted']:>4} {e['rejected']:>4} "
+            f"{e['rolled_back']:>3} {e['gates']:>5} {e['expected_false_accepts']:6.2f} "
+            f"{e['rollouts']:>9} {e['tokens']:>11}"
+        )
+    s, b = data["seed"], data["best"]
+    click.echo(f"seed: val {_f(s['val_accuracy'])} expected {_f(s['val_expected_accuracy'])}")
+    click.echo(
+        f"best: {b['skills_version']} val {_f(b['val_accuracy'])} expected "
+        f"{_f(b['val_expected_accuracy'])}"
+    )
+    if simulated:
+        click.echo("(expected accuracies: the SIMULATED world's oracle)")
+    _echo_budget(workspace)
+    sys.stdout.flush()
+
+
+def _echo_budget(workspace: Path) -> None:
+    """Rollouts and tokens per scope (init, e0, e1, …, final) and phase, from the ledger."""
+    from trm_assets.harness.workspace import resolve_paths
+
+    state = json.loads(resolve_paths(workspace).state.read_text(encoding="utf-8"))
+    click.echo("budget (rollouts / tokens) by phase:")
+    for scope, phases in state["budget"].items():
+        parts = [
+            f"{phase} {v['rollouts']}/{v['prompt_tokens'] + v['completion_tokens']}"
+            for phase, v in sorted(phases.items())
+        ]
+        click.echo(f"  {scope:<6} " + ", ".join(parts))

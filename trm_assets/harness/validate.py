@@ -1,0 +1,416 @@
+"""Block-sequential validation of one candidate skill file (SPEC 5.4, GATE §4.4, seed §11).
+
+:func:`validate_candidate_skill` is the seed's ``validate_skill_local``:
+
+1. the candidate skill set is **materialized in a unique temp dir** under ``<workspace>/tmp`` and
+   read back from there (what runs is what was written); the dir is removed in ``finally``;
+2. the plan — (question, pass) positions of the ladder, fixed before the first block — is cut
+   into blocks of ``gate_block``; **per block, strictly in order**:
+
+   a. the baseline block comes from the on-disk :class:`BaselineCacheStore` (key: task type,
+      skill hash, prompts version, question, replicate, context hash; GATE §6.3 R1/R2/R4); only
+      the misses are rolled out, their outcomes are **written to disk before memory**; infra
+      failures are retried once and never cached;
+   b. the **whole** candidate block is rolled out (fresh draws: a new run id per gate);
+   c. :func:`~trm_assets.domain.gate.pair_block` (ladder order, candidate infra imputed as wrong,
+      baseline infra dropped) and :func:`~trm_assets.domain.gate.gate_decision` (INFRA guard
+      first, then the e-process/SPRT/sign-test rules) — the last block's decision is final;
+   d. one ``gate_evidence`` row per question plus one per block, and ``quadrant_pair`` rows.
+
+Gate run ids contain ``_gate_`` (checked on entry): the ladder refuses them (anti-leak rule).
+
+**Gate policies** (``RunConfig.gate_policy``, for ablations) share all of the above and differ
+only in the plan and the accept decision: ``ce_gate`` (default, the sequential gate);
+``accept_all`` (ACE-like: no rollouts, always accept); ``minibatch_sum`` (GEPA-like: 3 random
+questions of the type, accept iff Σc > Σb); ``full_val_point`` (SkillOpt-like: the type's whole
+validation pool, accept iff the candidate's accuracy is strictly higher). The non-sequential
+policies run their plan as one block so the kernel's INFRA guard and evidence still apply.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from trm_assets.domain.baseline_cache import GATE_BASELINE, BaselineKey, make_entry
+from trm_assets.domain.gate import (
+    GateParams,
+    GateVerdict,
+    PairResult,
+    Verdict,
+    chunk_plan,
+    default_passes,
+    gate_decision,
+    gate_plan,
+    new_gate_state,
+    pair_block,
+)
+from trm_assets.domain.ladder import GATE_RUN_MARK
+from trm_assets.evolution.types import text_hash
+from trm_assets.harness.baseline_cache_store import BaselineCacheStore
+from trm_assets.harness.context import LoopContext
+from trm_assets.harness.inference import InferenceResult, run_inference
+from trm_assets.harness.observation import write_rows
+from trm_assets.harness.seeds import rng_for
+from trm_assets.harness.store import read_tree
+from trm_assets.harness.workspace import record_run
+
+GatePolicy = Literal["ce_gate", "accept_all", "minibatch_sum", "full_val_point"]
+GATE_POLICIES: Final[tuple[str, ...]] = ("ce_gate", "accept_all", "minibatch_sum", "full_val_point")
+MINIBATCH_SIZE: Final = 3  # GEPA's default reflection_minibatch_size
+NO_LADDER: Final = "NO_LADDER"
+
+
+@dataclass(frozen=True)
+class GateRequest:
+    """One candidate to validate. ``ladder_qids`` is the ladder taken *before* the gate (case-pack
+    questions already excluded); ``pool_qids`` the type's validation pool minus the same."""
+
+    epoch: int
+    step: int
+    skill_file: str
+    task_type: str
+    candidate_text: str
+    baseline_skills: Mapping[str, str]
+    skills_version: str
+    prompts_version: str
+    ladder_qids: tuple[str, ...]
+    pool_qids: tuple[str, ...]
+    gate_run_id: str
+    ladder_run_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ValidationOutcome:
+    """The gate's result. ``candidate_correctness`` holds only the questions it observed."""
+
+    action: Literal["accept", "reject", "abort"]
+    verdict: str
+    policy: str
+    gate_run_id: str
+    final: GateVerdict | None
+    wins: int
+    losses: int
+    blocks: int
+    d_max: int
+    candidate_correctness: dict[str, bool | None]
+    baseline_rollouts: int = 0
+    candidate_rollouts: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    history: tuple[GateVerdict, ...] = field(default=())
+
+    @property
+    def kernel_verdict(self) -> Verdict | None:
+        return Verdict(self.verdict) if self.verdict in Verdict.__members__ else None
+
+
+def gate_passes(ctx: LoopContext, task_type: str) -> int:
+    """``gate_passes`` from the config, else GATE §11's default for the type's pool size."""
+    if ctx.cfg.gate_passes is not None:
+        return ctx.cfg.gate_passes
+    return default_passes(len(ctx.validation_by_type.get(task_type, ())))
+
+
+def policy_plan(ctx: LoopContext, req: GateRequest) -> tuple[tuple[str, int], ...]:
+    """The (question, replicate) positions the policy visits, fixed before the first block."""
+    policy = ctx.cfg.gate_policy
+    if policy == "accept_all":
+        return ()
+    if policy == "minibatch_sum":
+        rng = rng_for(ctx.cfg.seed, "minibatch_sum", req.epoch, req.step, req.skill_file)
+        pool = sorted(req.pool_qids)
+        k = min(MINIBATCH_SIZE, len(pool))
+        picked = sorted(pool[i] for i in rng.choice(len(pool), size=k, replace=False)) if k else []
+        return tuple((q, 0) for q in picked)
+    if policy == "full_val_point":
+        return tuple((q, 0) for q in sorted(req.pool_qids))
+    return gate_plan(
+        req.ladder_qids,
+        gate_passes(ctx, req.task_type),
+        ctx.cfg.gate_block,
+        ctx.cfg.gate_max_blocks,
+    )
+
+
+def _materialize(tmp_root: Path, skills: Mapping[str, str], name: str, text: str) -> dict[str, str]:
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    d = Path(tempfile.mkdtemp(prefix=f"cand-{name.removesuffix('.md')}-", dir=tmp_root))
+    try:
+        for fname, body in sorted({**skills, name: text}.items()):
+            with open(d / fname, "w", encoding="utf-8", newline="") as fh:
+                fh.write(body)
+        return read_tree(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+async def validate_candidate_skill(
+    ctx: LoopContext,
+    req: GateRequest,
+    *,
+    params: GateParams | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ValidationOutcome:
+    """Validate ``req``'s candidate against the current version (see the module docstring)."""
+    if GATE_RUN_MARK not in req.gate_run_id:
+        raise ValueError(
+            f"gate run id {req.gate_run_id!r} must contain {GATE_RUN_MARK!r} (the anti-leak "
+            "filter of the ladder depends on it)"
+        )
+    policy = ctx.cfg.gate_policy
+    plan = policy_plan(ctx, req)
+    if policy == "accept_all":
+        return ValidationOutcome(
+            "accept", Verdict.ACCEPT.value, policy, req.gate_run_id, None, 0, 0, 0, 0, {}
+        )
+    if not plan:
+        return ValidationOutcome("abort", NO_LADDER, policy, req.gate_run_id, None, 0, 0, 0, 0, {})
+    params = params if params is not None else ctx.gate_params()
+    if policy != "ce_gate":  # one block: the kernel's INFRA guard and evidence, no early stop
+        params = replace(params, block=len(plan))
+    # 1. the candidate, materialized in a unique temp dir (always removed)
+    cand_skills = _materialize(
+        ctx.paths.tmp_dir, req.baseline_skills, req.skill_file, req.candidate_text
+    )
+    base_skills = dict(req.baseline_skills)
+    cache = BaselineCacheStore(ctx.paths.baseline_cache, req.task_type)
+    skill_hash = text_hash(base_skills[req.skill_file])
+    context_hash = ctx.context_hash(base_skills)
+    base_run, cand_run = f"{req.gate_run_id}_base", f"{req.gate_run_id}_cand"
+    state = new_gate_state(len(plan), params)
+    counters = {"base": 0, "cand": 0, "hits": 0, "pt": 0, "ct": 0}
+    observed: dict[str, bool | None] = {}
+    verdict: GateVerdict | None = None
+    for bi, chunk in enumerate(chunk_plan(plan, params.block)):
+        # a. baseline: cache first, misses only; disk before memory
+        keys = {
+            pos: BaselineKey(
+                req.task_type, skill_hash, req.prompts_version, pos[0], pos[1], context_hash
+            )
+            for pos in chunk
+        }
+        baseline: dict[tuple[str, int], bool | None] = {}
+        source: dict[tuple[str, int], str] = {}
+        misses = []
+        for pos in chunk:
+            hit = cache.get(keys[pos], req.ladder_run_ids)
+            if hit is None:
+                misses.append(pos)
+            else:
+                baseline[pos], source[pos] = hit, "cache"
+                counters["hits"] += 1
+        if misses:
+            res = await _rollouts(ctx, base_run, misses, base_skills, req, "gate_baseline")
+            outcomes = res.correctness()
+            retry = [pos for pos in misses if outcomes.get(pos) is None]
+            if retry:  # GATE §2: retry a baseline infra failure once, then drop the pair
+                again = await _rollouts(ctx, base_run, retry, base_skills, req, "gate_baseline")
+                outcomes.update(again.correctness())
+                _count(counters, "base", again)
+            _count(counters, "base", res)
+            entries = [
+                make_entry(keys[pos], outcomes.get(pos), provenance=GATE_BASELINE, run_id=base_run)
+                for pos in misses
+            ]
+            cache.put_many(e for e in entries if e is not None)
+            for pos in misses:
+                baseline[pos], source[pos] = outcomes.get(pos), "fresh"
+        # b. the whole candidate block
+        cres = await _rollouts(ctx, cand_run, list(chunk), cand_skills, req, "gate_candidate")
+        _count(counters, "cand", cres)
+        candidate = cres.correctness()
+        stops = {(p.question_id, p.replicate): p.stop_reason for p in cres.predictions}
+        # c. pair, INFRA guard, decide (block barrier: only now)
+        pairs = pair_block(
+            list(chunk),
+            baseline,
+            candidate,
+            baseline_attempted=len(misses),
+            candidate_attempted=len(chunk),
+        )
+        verdict = gate_decision(state, pairs, params)
+        for qid, rep in chunk:
+            observed[qid] = candidate.get((qid, rep))
+        # d. evidence
+        _write_evidence(ctx, req, policy, bi, len(plan), pairs, verdict, source, stops)
+        if progress is not None:
+            progress(
+                f"    gate {req.skill_file} block {bi + 1}: W={verdict.wins} L={verdict.losses} "
+                f"{verdict.verdict.value}"
+            )
+        if verdict.verdict is not Verdict.CONTINUE:
+            break
+    assert verdict is not None
+    action, name = _decide(policy, verdict)
+    return ValidationOutcome(
+        action=action,
+        verdict=name,
+        policy=policy,
+        gate_run_id=req.gate_run_id,
+        final=verdict,
+        wins=verdict.wins,
+        losses=verdict.losses,
+        blocks=verdict.blocks,
+        d_max=state.d_max,
+        candidate_correctness=observed,
+        baseline_rollouts=counters["base"],
+        candidate_rollouts=counters["cand"],
+        cache_hits=counters["hits"],
+        prompt_tokens=counters["pt"],
+        completion_tokens=counters["ct"],
+        history=tuple(state.history),
+    )
+
+
+def _decide(policy: str, v: GateVerdict) -> tuple[Literal["accept", "reject", "abort"], str]:
+    """The only place the four policies differ (besides their plans)."""
+    if v.verdict is Verdict.INFRA:
+        return "abort", Verdict.INFRA.value
+    if policy == "ce_gate":
+        action = v.action
+        assert action != "continue", "the last block's decision is final"
+        return action, v.verdict.value
+    # minibatch_sum: Σc > Σb; full_val_point: acc_C > acc_B. On the same usable pairs both are
+    # W > L. A rejection is "not verified" (REJECT_BUDGET semantics for the rejected buffer).
+    if v.wins > v.losses:
+        return "accept", Verdict.ACCEPT.value
+    return "reject", Verdict.REJECT_BUDGET.value
+
+
+def _count(counters: dict[str, int], arm: str, res: InferenceResult) -> None:
+    counters[arm] += res.n
+    counters["pt"] += res.usage.prompt_tokens
+    counters["ct"] += res.usage.completion_tokens
+
+
+async def _rollouts(
+    ctx: LoopContext,
+    run_id: str,
+    positions: Sequence[tuple[str, int]],
+    skills: Mapping[str, str],
+    req: GateRequest,
+    kind: str,
+) -> InferenceResult:
+    record_run(
+        ctx.workspace,
+        run_id,
+        skills_version=req.skills_version if kind == "gate_baseline" else None,
+        prompts_version=req.prompts_version,
+        kind=kind,
+        use_current=False,
+    )
+    return await run_inference(
+        [(ctx.questions[q], rep) for q, rep in positions],
+        llm=ctx.providers.agent,
+        tools=ctx.toolbox,
+        log=ctx.log,
+        run_id=run_id,
+        concurrency=ctx.cfg.concurrency,
+        max_steps=ctx.cfg.max_agent_steps,
+        skill_mode=ctx.cfg.skill_mode,
+        skills=skills,
+        prompts=ctx.agent_prompts(req.prompts_version),
+        run_kind=kind,
+        skills_version=req.skills_version if kind == "gate_baseline" else None,
+        prompts_version=req.prompts_version,
+        questions_ref=ctx.dataset.questions_ref,
+    )
+
+
+def _write_evidence(
+    ctx: LoopContext,
+    req: GateRequest,
+    policy: str,
+    block_index: int,
+    d_max: int,
+    pairs: PairResult,
+    v: GateVerdict,
+    source: Mapping[tuple[str, int], str],
+    stops: Mapping[tuple[str, int], str],
+) -> None:
+    common: dict[str, Any] = {
+        "epoch": req.epoch,
+        "step": req.step,
+        "skill_file": req.skill_file,
+        "task_type": req.task_type,
+        "policy": policy,
+    }
+    start = block_index * (ctx.cfg.gate_block if policy == "ce_gate" else d_max)
+    rows: list[dict[str, Any]] = []
+    quads: list[dict[str, Any]] = []
+    for offset, row in enumerate(pairs.rows):
+        qid, rep = row.key if isinstance(row.key, tuple) else (row.key, 0)
+        stop = stops.get((qid, rep))
+        rows.append(
+            {
+                "gate_run_id": req.gate_run_id,
+                "row_kind": "question",
+                "block": block_index,
+                "position": start + offset,
+                **common,
+                "question_id": qid,
+                "replicate": rep,
+                "baseline": row.baseline,
+                "candidate": row.candidate,
+                "sign": row.sign,
+                "quadrant": row.quadrant,
+                "candidate_imputed": row.candidate_imputed,
+                "baseline_source": source.get((qid, rep)),
+                # only a question that reached a terminal state carries its stop reason
+                "stop_reason": stop if stop not in (None, "error") else None,
+                **_block_fields(None),
+            }
+        )
+        if row.quadrant is not None:
+            quads.append(
+                {
+                    "gate_run_id": req.gate_run_id,
+                    "question_id": qid,
+                    "replicate": rep,
+                    "epoch": req.epoch,
+                    "step": req.step,
+                    "task_type": req.task_type,
+                    "quadrant": row.quadrant,
+                }
+            )
+    rows.append(
+        {
+            "gate_run_id": req.gate_run_id,
+            "row_kind": "block",
+            "block": block_index,
+            "position": -1,
+            **common,
+            "question_id": None,
+            "replicate": None,
+            "baseline": None,
+            "candidate": None,
+            "sign": None,
+            "quadrant": None,
+            "candidate_imputed": None,
+            "baseline_source": None,
+            "stop_reason": None,
+            **_block_fields(v),
+        }
+    )
+    write_rows(ctx.log, "gate_evidence", rows)
+    if quads:
+        write_rows(ctx.log, "quadrant_pair", quads)
+
+
+def _block_fields(v: GateVerdict | None) -> dict[str, Any]:
+    names = (
+        "verdict", "log_e_plus", "log_e_minus", "log_sprt", "p_final", "wins", "losses", "ties",
+        "pairs", "positions", "d_max", "infra", "attempted", "infra_rate",
+        "candidate_infra_suspect",
+    )  # fmt: skip
+    if v is None:
+        return dict.fromkeys(names)
+    out = {n: getattr(v, n) for n in names}
+    out["verdict"] = v.verdict.value
+    return out
