@@ -21,6 +21,10 @@ from trm_assets.cli_support import LazyGroup, fail_on_trm_error
             "trm_assets.harness.init_cli:init_cmd",
             "Create a workspace (v1 = the prompt set).",
         ),
+        "train": ("trm_assets.harness.train_cli:train_cmd", "Run the training loop."),
+        "eval": ("trm_assets.harness.train_cli:eval_cmd", "Evaluate a skills version."),
+        "promote": ("trm_assets.harness.train_cli:promote_cmd", "Promote a version to a seed."),
+        "report": ("trm_assets.harness.train_cli:report_cmd", "Per-epoch report."),
         "sim-serve": ("trm_assets.llm.sim.cli:serve", "Serve the SIMULATED LLM over HTTP."),
         "sim-oracle": (
             "trm_assets.llm.sim.cli:oracle",
@@ -146,24 +150,25 @@ def config_show(config_path: str | None, overrides: tuple[str, ...], as_json: bo
     show_default=True,
     help="YAML config file.",
 )
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a setting.")
 @click.option(
     "--workspace",
     type=click.Path(),
     default="workspaces/default",
     show_default=True,
-    help="Experiment directory (pools.json, versions, run log).",
+    help="Experiment directory (created when missing, resumed when present).",
 )
 @fail_on_trm_error
-def run(config_path: str, overrides: tuple[str, ...], workspace: str) -> None:
-    """The main job: load the data, resolve the config, build the frozen pools and report them."""
+def run(config_path: str, workspace: str) -> None:
+    """The main job: create the workspace if needed, then train through Dagster (resuming)."""
     from pathlib import Path
 
-    from trm_assets.harness.config import load_config
+    from trm_assets.harness.config import config_to_yaml, load_config
     from trm_assets.harness.dataset import load_dataset
     from trm_assets.harness.pools_io import build_or_load_pools, format_pools_summary, pools_summary
+    from trm_assets.harness.train_cli import train_cmd
+    from trm_assets.harness.workspace import init_workspace
 
-    cfg = load_config(config_path, overrides)
+    cfg = load_config(config_path)
     label = "SIMULATED world" if cfg.llm_provider == "sim" else f"model {cfg.agent_model}"
     click.echo(f"config {config_path} (fingerprint {cfg.fingerprint()}), {label}")
     ds = load_dataset(cfg)
@@ -171,11 +176,22 @@ def run(config_path: str, overrides: tuple[str, ...], workspace: str) -> None:
         f"data: {len(ds.questions)} questions, {len(ds.trees)} video trees, "
         f"{len(ds.task_types)} task types from {cfg.questions}"
     )
-    pools_path = Path(workspace) / "pools.json"
-    reused = pools_path.exists()
-    p = build_or_load_pools(cfg, ds.questions, pools_path)
-    click.echo(f"pools: {'reused' if reused else 'written to'} {pools_path}")
+    ws = Path(workspace)
+    if not (ws / "manifest.json").exists():
+        init_workspace(
+            ws,
+            questions_ref=cfg.questions,
+            config_yaml=config_to_yaml(cfg),
+            config_fingerprint=cfg.fingerprint(),
+        )
+        click.echo(f"workspace {ws} created (v1 = the prompt set in prompts/)")
+    p = build_or_load_pools(cfg, ds.questions, ws / "pools.json")
     click.echo(format_pools_summary(pools_summary(p, ds.questions)))
+    train_cmd.main(
+        args=["--workspace", str(ws), "--config", config_path, "--resume"],
+        prog_name="trm train",
+        standalone_mode=False,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

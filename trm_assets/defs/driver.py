@@ -6,6 +6,7 @@ function the sensor calls); each unit becomes one run of ``gate_step``, ``slow_u
 ``finalize``.
 """
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -19,7 +20,6 @@ from trm_assets.defs.jobs import finalize, gate_step, slow_update, slow_update_r
 from trm_assets.defs.partitions import epoch_key, epochs, step_key, steps
 from trm_assets.defs.resources import TrmResource
 from trm_assets.defs.sensors import UNIT_TAG, WORKSPACE_TAG, dagster_unit, planned_action
-from trm_assets.harness.lineage import epoch_summary
 from trm_assets.harness.plan import Action
 from trm_assets.harness.units import unit_key
 
@@ -136,29 +136,21 @@ def drive(
         t0 = time.monotonic()
         run_id = execute_unit(action, trm, instance)
         run_ids.append(run_id)
+        for line in harness_lines(instance, run_id):
+            say(line)
         what = unit.describe()
         if unit.kind == "slow_update":
             what = f"slow update (epoch {unit.epoch}, functions {unit.slow_step}..10)"
-        say(f"{what}: done in {time.monotonic() - t0:.1f}s (dagster run {run_id[:8]})")
-        if unit.kind == "slow_update" and unit.epoch is not None:
-            say(_epoch_line(trm, unit.epoch))
+        say(f"  [{what}: dagster run {run_id[:8]}, {time.monotonic() - t0:.1f}s]")
         action = planned_action(trm)
     return DriveSummary(len(run_ids), action, tuple(run_ids))
 
 
-def _epoch_line(trm: TrmResource, epoch: int) -> str:
-    s = epoch_summary(trm.workspace_dir(), epoch)
-    if s is None:
-        return f"epoch {epoch}: no report"
-
-    def f(x: Any) -> str:
-        return "n/a" if x is None else f"{x:.3f}"
-
-    exp = s.get("val_expected_accuracy")
-    return (
-        f"== epoch {epoch}: val {f(s['val_accuracy'])}"
-        + (f" (expected {f(exp)}, SIMULATED)" if exp is not None else "")
-        + f", test {f(s['test_accuracy'])}; accepted {s['accepted']}, rejected {s['rejected']}, "
-        f"rolled back {s['rolled_back']}; best {s['best']['skills_version']}; "
-        f"{s['rollouts']} rollouts"
-    )
+def harness_lines(instance: dg.DagsterInstance, run_id: str) -> list[str]:
+    """The progress lines the harness logged inside a run (plain log messages at INFO or above,
+    without Dagster's own events)."""
+    return [
+        e.user_message
+        for e in instance.all_logs(run_id)
+        if e.dagster_event is None and e.level >= logging.INFO and e.user_message
+    ]

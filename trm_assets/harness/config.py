@@ -77,18 +77,14 @@ class RunConfig(BaseModel):
     patience: int = _field(2, ">= 1", ge=1)
     batch_size: int = _field(24, ">= 2", ge=2)
     min_class_per_batch: int = _field(2, ">= 1 and < batch_size", ge=1)
-    wrong_mix_ratio: float = _field(0.25, "0 <= x <= 1", ge=0, le=1)
     gate_cooldown_steps: int = _field(2, ">= 0", ge=0)
     gate_policy: Literal["ce_gate", "accept_all", "minibatch_sum", "full_val_point"] = _field(
         "ce_gate", "ce_gate | accept_all | minibatch_sum | full_val_point"
     )
 
-    # --- edit budget ----------------------------------------------------------------------------
+    # --- edit budget (cosine from start to end over all steps; end = slow-update budget) --------
     edit_budget_start: int = _field(4, "1..50", ge=1, le=50)
     edit_budget_end: int = _field(1, "1..edit_budget_start", ge=1, le=50)
-    edit_budget_schedule: Literal["cosine", "linear", "constant"] = _field(
-        "cosine", "cosine | linear | constant"
-    )
 
     # --- gate (GATE.md §11) ---------------------------------------------------------------------
     gate_alpha: float = _field(0.05, "0 < α < 1", gt=0, lt=1)
@@ -157,8 +153,9 @@ class RunConfig(BaseModel):
         return self.diagnose_model or self.evolve_model
 
 
-# Fields that change how fast or how long a run goes, never what it decides.
-NON_DECISION_FIELDS: tuple[str, ...] = ("epochs", "concurrency")
+# Fields that change how fast a run goes, never what it decides. (`epochs` is decision-relevant:
+# the cosine edit-budget schedule and the default gate cap depend on it.)
+NON_DECISION_FIELDS: tuple[str, ...] = ("concurrency",)
 # Fields whose change invalidates saved pools, batches or correctness: resume refuses.
 STRUCTURAL_FIELDS: tuple[str, ...] = (
     "seed",

@@ -217,3 +217,44 @@ def test_sensor_requests_slow_update_then_stops_when_done(trained: Trained, tmp_
         result, _ = _sensor(trained.trm, instance)
         assert isinstance(result, dg.SkipReason)
         assert "training finished (completed)" in result.skip_message
+
+
+def test_trm_run_creates_trains_and_resumes(trained: Trained, tmp_path: Path) -> None:
+    """`make run`'s command: creates the workspace, trains through Dagster, and a second call
+    resumes a finished workspace without running anything again."""
+    from click.testing import CliRunner
+
+    from trm_assets.cli import main
+
+    ws = tmp_path / "ws"
+    args = ["run", "--config", str(trained.config), "--workspace", str(ws)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert "SIMULATED world" in res.output and f"workspace {ws} created" in res.output
+    assert "each unit of work is a Dagster run" in res.output
+    assert "epoch 0 done: val" in res.output and "delivered best" in res.output
+    assert "done (completed): 3 Dagster run(s)" in res.output
+    assert epoch_summary(ws, 0) == epoch_summary(trained.workspace, 0)
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    assert "done (completed): 0 Dagster run(s)" in again.output
+
+
+def test_dagster_path_equals_direct_harness_path(trained: Trained, tmp_path: Path) -> None:
+    """`trm train --no-dagster` (units called directly) ends where the Dagster runs end."""
+    from click.testing import CliRunner
+
+    from trm_assets.harness.train_cli import train_cmd
+
+    ws = new_workspace(tmp_path / "ws")
+    res = CliRunner().invoke(
+        train_cmd, ["--workspace", str(ws), "--config", str(trained.config), "--no-dagster"]
+    )
+    assert res.exit_code == 0, res.output
+    assert epoch_summary(ws, 0) == epoch_summary(trained.workspace, 0)
+    a, b = read_manifest(ws), read_manifest(trained.workspace)
+    assert (a.current, a.best) == (b.current, b.best)
+    sa = json.loads((ws / "state.json").read_text())
+    sb = json.loads((trained.workspace / "state.json").read_text())
+    for key in ("correctness", "history", "final", "rejected_buffer", "budget"):
+        assert sa[key] == sb[key], key

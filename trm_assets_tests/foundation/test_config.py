@@ -152,7 +152,7 @@ def test_fingerprints() -> None:
     base = RunConfig()
     assert base.fingerprint() == RunConfig().fingerprint()
     assert RunConfig(concurrency=32).fingerprint() == base.fingerprint()  # speed, not decisions
-    assert RunConfig(epochs=9).fingerprint() == base.fingerprint()
+    assert RunConfig(epochs=9).fingerprint() != base.fingerprint()  # budget schedule uses it
     assert RunConfig(gate_alpha=0.1).fingerprint() != base.fingerprint()
     assert RunConfig(gate_alpha=0.1).structural_fingerprint() == base.structural_fingerprint()
     assert RunConfig(seed=1).structural_fingerprint() != base.structural_fingerprint()

@@ -46,28 +46,11 @@ def test_pools_asset_materializes_and_is_frozen(small_dataset: Path, tmp_path: P
         assert md2["fingerprint"].value == md["fingerprint"].value
 
 
-def test_trm_run_prints_pools_summary(small_dataset: Path, tmp_path: Path) -> None:
-    ws = tmp_path / "ws"
-    args = ["run", "--config", str(small_dataset / "config.yaml"), "--workspace", str(ws)]
-    res = CliRunner().invoke(main, args)
-    assert res.exit_code == 0, res.output
-    assert "SIMULATED world" in res.output
-    assert "data: 40 questions, 20 video trees, 2 task types" in res.output
-    assert "Counting Problem" in res.output and "total" in res.output
-    first = (ws / "pools.json").read_text()
-    res = CliRunner().invoke(main, args)
-    assert "pools: reused" in res.output
-    assert (ws / "pools.json").read_text() == first
-
-
 def test_trm_run_reports_config_vs_data(small_dataset: Path, tmp_path: Path) -> None:
-    args = [
-        "run",
-        "--config",
-        str(small_dataset / "config.yaml"),
-        "--workspace",
-        str(tmp_path / "w"),
-    ]
-    res = CliRunner().invoke(main, [*args, "--set", "eval_min_per_class=7"])
+    cfg = small_dataset / "config.yaml"
+    cfg.write_text(cfg.read_text().replace("eval_min_per_class: 5", "eval_min_per_class: 7"))
+    args = ["run", "--config", str(cfg), "--workspace", str(tmp_path / "w")]
+    res = CliRunner().invoke(main, args)
     assert res.exit_code == 2
     assert "val_size: 12 must be >= eval_min_per_class × task types = 7 × 2 = 14" in res.output
+    assert not (tmp_path / "w").exists()  # nothing created before the config is valid

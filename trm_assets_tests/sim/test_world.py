@@ -138,3 +138,20 @@ def test_ground_truth_errors_name_the_problem(tmp_path: Path) -> None:
         load_world(path)
     with pytest.raises(GroundTruthError, match="trm data synth"):
         load_world(tmp_path / "missing")
+
+
+def test_expected_accuracy_honours_skill_mode() -> None:
+    """The oracle passes skill_mode on: 'none' ignores the skill texts entirely."""
+    from trm_assets.llm.sim.oracle import expected_accuracy, expected_by_question, load_skills
+    from trm_assets.llm.sim.world import load_world
+    from trm_assets.llm.sim_config import SimConfig
+
+    root = Path(__file__).resolve().parents[2]
+    world = load_world(root / "data" / "smoke")
+    skills = load_skills(root / "prompts" / "skills")
+    qids = sorted(world.questions)[:30]
+    cfg = SimConfig()
+    none = expected_accuracy(world, qids, skills, cfg, skill_mode="none")
+    by_q = expected_by_question(world, qids, skills, cfg, skill_mode="none")
+    assert none == sum(by_q.values()) / len(by_q)
+    assert none == expected_accuracy(world, qids, {}, cfg, skill_mode="task")

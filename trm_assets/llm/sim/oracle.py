@@ -95,6 +95,7 @@ def expected_accuracy(
         config,
         system_prompt=system_prompt,
         tool_descriptions=tool_descriptions,
+        skill_mode=skill_mode,
     )
     return sum(probs.values()) / len(probs) if probs else float("nan")
 
