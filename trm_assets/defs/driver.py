@@ -17,7 +17,7 @@ from typing import Any
 import dagster as dg
 
 from trm_assets.defs.jobs import finalize, gate_step, slow_update, slow_update_run_config
-from trm_assets.defs.partitions import epoch_key, epochs, step_key, steps
+from trm_assets.defs.partitions import EPOCHS, STEPS, epoch_key, step_key
 from trm_assets.defs.resources import TrmResource
 from trm_assets.defs.sensors import UNIT_TAG, WORKSPACE_TAG, dagster_unit, planned_action
 from trm_assets.harness.plan import Action
@@ -79,7 +79,7 @@ def execute_unit(action: Action, trm: TrmResource, instance: dg.DagsterInstance)
     if unit.kind == "step":
         assert unit.epoch is not None and unit.step is not None
         e, s = epoch_key(unit.epoch), step_key(unit.step)
-        for name, key in ((epochs.name, e), (steps.name, s)):
+        for name, key in ((EPOCHS, e), (STEPS, s)):
             if not instance.has_dynamic_partition(name, key):
                 instance.add_dynamic_partitions(name, [key])
         result = _job(gate_step.name).execute_in_process(
@@ -149,8 +149,9 @@ def drive(
 def harness_lines(instance: dg.DagsterInstance, run_id: str) -> list[str]:
     """The progress lines the harness logged inside a run (plain log messages at INFO or above,
     without Dagster's own events)."""
-    return [
-        e.user_message
-        for e in instance.all_logs(run_id)
-        if e.dagster_event is None and e.level >= logging.INFO and e.user_message
-    ]
+    lines = []
+    for e in instance.all_logs(run_id):
+        level = e.level if isinstance(e.level, int) else logging.getLevelName(e.level)
+        if e.dagster_event is None and isinstance(level, int) and level >= logging.INFO:
+            lines.append(e.user_message)
+    return [line for line in lines if line]

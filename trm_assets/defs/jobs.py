@@ -16,7 +16,7 @@ from trm_assets.defs.assets.training import (
     skill_version_events,
     step_results,
 )
-from trm_assets.defs.partitions import epoch_key, epochs
+from trm_assets.defs.partitions import EPOCHS, epoch_key
 from trm_assets.defs.resources import TrmResource
 from trm_assets.harness.plan import Action
 from trm_assets.harness.runner import current_action
@@ -71,8 +71,8 @@ def _publish_epoch(
 ) -> None:
     """Record epoch_eval / holdout_report (and changed skill versions) for lineage."""
     key = epoch_key(epoch)
-    if not context.instance.has_dynamic_partition(epochs.name, key):
-        context.instance.add_dynamic_partitions(epochs.name, [key])
+    if not context.instance.has_dynamic_partition(EPOCHS, key):
+        context.instance.add_dynamic_partitions(EPOCHS, [key])
     for event in skill_version_events(trm, context.instance):
         context.log_event(event)
     for asset, md in epoch_metadata(trm, context.instance, epoch, simulated):

@@ -9,8 +9,10 @@ import dagster as dg
 from trm_assets.defs.resources import default_resource
 from trm_assets.harness.questions import load_questions, task_types_of
 
-epochs = dg.DynamicPartitionsDefinition(name="epochs")
-steps = dg.DynamicPartitionsDefinition(name="steps")
+EPOCHS = "epochs"
+STEPS = "steps"
+epochs = dg.DynamicPartitionsDefinition(name=EPOCHS)
+steps = dg.DynamicPartitionsDefinition(name=STEPS)
 epoch_steps = dg.MultiPartitionsDefinition({"epoch": epochs, "step": steps})
 
 
