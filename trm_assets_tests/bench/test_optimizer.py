@@ -1,0 +1,165 @@
+"""``trm bench optimizer`` and ``trm bench overhead`` on a tiny SIMULATED configuration: the JSON
+contract, and that the figures are computed from the runs and the oracle (not made up)."""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from trm_assets.bench.optimizer import (
+    POLICIES,
+    cli,
+    summarize,
+    summarize_aa,
+    sweep_mix,
+    wilson,
+)
+from trm_assets.bench.optimizer_run import AA_NOOP, RunSpec, execute, resolve_config
+from trm_assets.bench.overhead import BarrierLog, ideal_seconds
+from trm_assets.bench.overhead import cli as overhead_cli
+from trm_assets.harness.config import load_config
+from trm_assets.harness.dataset import load_dataset
+from trm_assets.harness.pools_io import build_or_load_pools
+from trm_assets.llm.sim.oracle import best_expected_accuracy
+from trm_assets.llm.sim.world import load_world
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE = REPO / "data" / "configs" / "smoke.yaml"
+TINY = (
+    "val_size=24",
+    "test_size=12",
+    "eval_min_per_class=2",
+    "batch_size=12",
+    "steps_per_epoch=2",
+    "gate_passes=4",
+    "concurrency=4",
+)
+BUDGET = 200
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    tmp = tmp_path_factory.mktemp("opt")
+    args = ["--seeds", "1", "--budget", str(BUDGET), "--config", str(SMOKE), "--json"]
+    args += ["--workers", "1", "--plot", str(tmp / "p.png"), "--runs-out", str(tmp / "runs.json")]
+    for o in TINY:
+        args += ["--set", o]
+    res = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    return out, json.loads((tmp / "runs.json").read_text())
+
+
+def test_json_contract(bench: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
+    out, _ = bench
+    assert set(out["policies"]) == set(POLICIES)
+    for s in out["policies"].values():
+        for key in (
+            "test_gain_mean",
+            "test_gain_sd",
+            "oracle_fraction",
+            "harmful_surviving_per_run",
+        ):
+            assert isinstance(s[key], float | int), key
+        assert set(s["accepted"]) == {"helpful", "neutral", "harmful"}
+        assert all(isinstance(v, int) for v in s["accepted"].values())
+        assert 0 < s["rollouts"] <= BUDGET
+        assert s["tokens"] > 0
+    assert out["plot"] is None or Path(out["plot"]).stat().st_size > 1000
+
+
+def test_numbers_come_from_the_runs_and_the_oracle(
+    bench: tuple[dict[str, Any], list[dict[str, Any]]],
+) -> None:
+    out, runs = bench
+    assert len(runs) == len(POLICIES)
+    for p in POLICIES:
+        s, r = out["policies"][p], next(r for r in runs if r["policy"] == p)
+        accepted = [g for g in r["gates"] if g["action"] == "accept"]
+        # accepted edits split by ground truth sum to the accepted count
+        assert sum(s["accepted"].values()) == s["accepted_total"] == len(accepted)
+        for c in ("helpful", "neutral", "harmful"):
+            assert s["accepted"][c] == sum(1 for g in accepted if g["truth"] == c)
+        # ground truth = the sign of the oracle delta (0.1pp threshold)
+        for g in r["gates"]:
+            want = (
+                "helpful" if g["delta"] > 1e-3 else "harmful" if g["delta"] < -1e-3 else "neutral"
+            )
+            assert g["truth"] == want
+        # oracle fraction = (E[delivered] − E[seed]) / (E[optimal] − E[seed])
+        frac = (r["expected_test_delivered"] - r["expected_test_seed"]) / (
+            r["expected_test_optimal"] - r["expected_test_seed"]
+        )
+        assert math.isclose(s["oracle_fraction"], frac, abs_tol=1e-4)
+        assert math.isclose(
+            s["expected_test_gain_mean"],
+            r["expected_test_delivered"] - r["expected_test_seed"],
+            abs_tol=1e-4,
+        )
+        traj = [t["rollouts"] for t in r["trajectory"]]
+        assert traj == sorted(traj) and traj[-1] == r["rollouts"] <= BUDGET
+    # accept_all accepts every proposal it sees; the optimum comes from the oracle on the test pool
+    assert all(v in (None, 1.0) for v in out["policies"]["accept_all"]["accept_rate"].values())
+    cfg = resolve_config(RunSpec("ce_gate", 0, BUDGET, str(SMOKE), TINY))
+    ds = load_dataset(cfg)
+    with tempfile.TemporaryDirectory() as d:
+        pools = build_or_load_pools(cfg, ds.questions, Path(d) / "pools.json")
+    world = load_world(cfg.ground_truth)
+    assert math.isclose(
+        runs[0]["expected_test_optimal"],
+        best_expected_accuracy(world, pools.test, cfg.sim),
+        abs_tol=1e-12,
+    )
+
+
+def test_same_seed_same_numbers() -> None:
+    spec = RunSpec("accept_all", 3, 120, str(SMOKE), TINY)
+    a, b = execute(spec).to_dict(), execute(spec).to_dict()
+    a.pop("wall_s"), b.pop("wall_s")
+    assert a == b
+
+
+def test_aa_candidates_are_noops_and_rate_has_an_interval() -> None:
+    spec = RunSpec("minibatch_sum", 0, 5000, str(SMOKE), (*TINY, *AA_NOOP), max_gates=6)
+    run = execute(spec).to_dict()
+    decided = [g for g in run["gates"] if g["decided"]]
+    assert len(decided) >= 6
+    assert all(g["max_abs_question_delta"] <= 1e-12 for g in decided)
+    s = summarize_aa([run], 0.05)
+    assert s["gates"] == len(decided) and s["excluded_not_noop"] == 0
+    assert s["ci_low"] <= s["rate"] <= s["ci_high"]
+
+
+def test_wilson_and_sweep_mix() -> None:
+    lo, hi = wilson(0, 10)
+    assert lo == 0.0 and math.isclose(hi, 0.2775, abs_tol=1e-4)
+    lo, hi = wilson(5, 100)
+    assert math.isclose(lo, 0.0215, abs_tol=1e-4) and math.isclose(hi, 0.1118, abs_tol=1e-4)
+    assert wilson(0, 0) == (None, None)
+    for share in (0.1, 0.2, 0.4, 0.6):
+        cfg = load_config(SMOKE, sweep_mix(share), environ={}, dotenv_path=None)
+        assert math.isclose(cfg.sim.proposal_mix.cue, share)
+    default = load_config(SMOKE, sweep_mix(0.2), environ={}, dotenv_path=None).sim.proposal_mix
+    assert default == load_config(SMOKE, (), environ={}, dotenv_path=None).sim.proposal_mix
+    assert summarize([])["runs"] == 0
+
+
+def test_overhead_ideal_and_cli() -> None:
+    log = BarrierLog([(40, 4), (3, 3)])  # 40 calls over 10 rollouts; one 3-call rollout
+    others = {"diagnose": 2, "evolve": 3, "momentum": 1, "system_tool": 0}
+    # (max(40/8, 4) + max(3/8, 3)) + diag 1 per step × 2 + evolve 3 + momentum 1 = 5+3+2+3+1
+    assert math.isclose(ideal_seconds(log, others, 2, 0.05, 8), 14 * 0.05)
+    args = ["--json", "--skip-dagster", "--latency-ms", "20", "--concurrency", "8"]
+    res = CliRunner().invoke(overhead_cli, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    (cell,) = out["epoch"]
+    assert cell["latency_ms"] == 20 and cell["concurrency"] == 8
+    assert cell["ideal_s"] > 0 and cell["ratio"] >= 1.0 and cell["llm_calls"] > 0
+    assert out["dagster"] is None
