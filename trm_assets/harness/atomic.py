@@ -1,21 +1,58 @@
 """Atomic file writes: write a temp file beside the target, fsync, then ``os.replace``.
 
-A crash at any point leaves either the old file or the new one, never a truncated mix.
+A crash at any point leaves either the old file or the new one, never a truncated mix. A process
+killed between creating its temp file and the replace leaves that temp file behind
+(``.<name>.<pid>.<random>.tmp``); the next write of the same target removes the temp files of
+processes that no longer run, so a killed-and-resumed run ends with the same files as one that was
+never killed (issue 9; ``docs/decision-stale-temp-files.md``).
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+_TMP_SUFFIX = ".tmp"
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def sweep_stale_temps(target: Path) -> list[Path]:
+    """Remove temp files of ``target`` left by writers that were killed before their replace
+    (their process is gone; a temp file without a pid comes from an older writer). Returns them."""
+    removed = []
+    prefix = f".{target.name}."
+    for tmp in target.parent.glob(f"{glob.escape(prefix)}*{_TMP_SUFFIX}"):
+        middle = tmp.name[len(prefix) : -len(_TMP_SUFFIX)]
+        pid_text = middle.split(".", 1)[0]
+        if "." in middle and pid_text.isdigit() and _pid_alive(int(pid_text)):
+            continue
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed
+
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    sweep_stale_temps(target)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{target.name}.{os.getpid()}.", suffix=_TMP_SUFFIX, dir=target.parent
+    )
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -350,10 +350,7 @@ class RunLog(_Queries):
         target = ":memory:" if str(path) == ":memory:" else str(self.path)
         if target != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._con = duckdb.connect(target)
-        except duckdb.IOException as e:
-            raise _busy_error(self.path, e) from None
+        self._con = _connect_writer(target, self.path)
         with self._lock:
             for ddl in DDL.values():
                 self._con.execute(ddl)
@@ -688,10 +685,42 @@ def _check_run_id(run_id: Any) -> None:
         raise ValueError(f"run_id must be a non-empty string, got {run_id!r}")
 
 
-def _busy_error(path: Path, e: Exception) -> RunLogBusyError:
+#: How long a writer waits for other processes' connections (a reader — the Dagster UI, a sensor,
+#: an asset check — holds the file only for a query) before giving up with RunLogBusyError.
+WRITER_WAIT_S = 15.0
+
+
+def _connect_writer(target: str, path: Path) -> duckdb.DuckDBPyConnection:
+    """A read-write connection; while another process holds the file (DuckDB's file lock
+    excludes a writer and any reader of another process), retry with a bounded backoff."""
+    deadline = time.monotonic() + WRITER_WAIT_S
+    delay = 0.05
+    while True:
+        try:
+            return duckdb.connect(target)
+        except duckdb.IOException as e:
+            if not _is_lock_error(e) or time.monotonic() + delay > deadline:
+                raise _busy_error(path, e, opening_to_write=True) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def _is_lock_error(e: Exception) -> bool:
+    return "lock" in str(e).lower()
+
+
+def _busy_error(path: Path, e: Exception, *, opening_to_write: bool = False) -> RunLogBusyError:
     msg = str(e)
     m = re.search(r"PID (\d+)", msg)
     holder = f"process {m.group(1)}" if m else "another process"
+    if not _is_lock_error(e):
+        return RunLogBusyError(f"{path}: cannot open the run log ({msg.splitlines()[0]})")
+    if opening_to_write:  # a reader of another process blocks a writer too
+        return RunLogBusyError(
+            f"{path}: the run log is locked by {holder} (another writer, or a reader such as the "
+            f"Dagster UI or a sensor) for more than {WRITER_WAIT_S:g} s. Retry when it finishes; "
+            "this error is retryable."
+        )
     return RunLogBusyError(
         f"{path}: the run log is locked for writing by {holder} (a training run or another "
         "writer). Retry when it finishes; this error is retryable."

@@ -312,16 +312,22 @@ def record_run(
     ws = Path(workspace)
     check_run_id(run_id)
     m = read_manifest(ws)
-    (ws / "runs" / run_id).mkdir(parents=True, exist_ok=True)
-    existing = m.run(run_id)
-    if existing is not None:
-        return existing
     rec = RunRecord(
         run_id=run_id,
         skills_version=skills_version or (m.current.skills if use_current else None),
         prompts_version=prompts_version or (m.current.prompts if use_current else None),
         kind=kind,
     )
+    # A missing or tampered version (symlink, non-UTF-8 file) fails here, before anything of the
+    # run is written (issue 9: no partial writes on bad input).
+    skills_root, prompts_root = store_roots(ws)
+    for root, version in ((skills_root, rec.skills_version), (prompts_root, rec.prompts_version)):
+        if version is not None:
+            read_version_files(root, version)
+    (ws / "runs" / run_id).mkdir(parents=True, exist_ok=True)
+    existing = m.run(run_id)
+    if existing is not None:
+        return existing
     write_manifest(ws, m.model_copy(update={"history": [*m.history, rec]}))
     return rec
 

@@ -1,0 +1,192 @@
+"""LLM faults and secret hygiene (issue 9) through the real OpenAI-compatible path.
+
+``trm sim-serve`` injects timeouts (10 %), HTTP 5xx (5 %) and malformed replies (5 %); the
+provider gets no retry (``TRM_LLM_MAX_RETRIES=0``) so infrastructure failures reach the loop and
+the INFRA guard (GATE §5) has work to do. The run must complete, no gate may decide on an
+INFRA-aborted gate, and the failures must be counted. The same run carries a fake API key in its
+environment: the key must appear nowhere — workspace, DuckDB files, DAGSTER_HOME, captured logs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trm_assets.bench.reliability import train_args
+from trm_assets.harness.runlog import RunLogReader
+from trm_assets_tests.reliability.conftest import (
+    REPO,
+    SMOKE_CONFIG,
+    TINY,
+    child_env,
+    new_workspace,
+    sim_server,
+    tiny_config,
+)
+
+FAKE_KEY = "sk-trm-FAKE-9f3c1d2e7a5b4c6d8e0f-do-not-leak"
+OPENAI = (*TINY, "llm_provider=openai", "concurrency=8")
+FAULTS = (
+    "--fault-timeout-rate", "0.10", "--fault-5xx-rate", "0.05", "--fault-malformed-rate", "0.05",
+    "--timeout-sleep-s", "0.5", "--seed", "3", "--log-requests",
+)  # fmt: skip
+_DAGSTER_CHILD = (
+    "import sys, dagster as dg; "
+    "from trm_assets.defs.driver import drive, ensure_dagster_home; "
+    "from trm_assets.defs.resources import TrmResource; "
+    "ensure_dagster_home(); "
+    "trm = TrmResource(workspace=sys.argv[1], config_path=sys.argv[2], overrides=sys.argv[3:]); "
+    "inst = dg.DagsterInstance.get(); "
+    "s = drive(trm, inst, echo=print, max_runs=2); print('dagster runs', s.runs)"
+)
+
+
+@dataclass
+class FaultRun:
+    workspace: Path
+    dagster_workspace: Path
+    dagster_home: Path
+    logs: list[Path]
+    train_rc: int
+    train_out: str
+    dagster_rc: int
+
+
+@pytest.fixture(scope="module")
+def fault_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultRun]:
+    import subprocess
+
+    mp = pytest.MonkeyPatch()
+    mp.chdir(REPO)
+    root = tmp_path_factory.mktemp("faults")
+    cfg = tiny_config("llm_provider=openai", "concurrency=8")
+    ws = new_workspace(root / "ws", cfg)
+    dws = new_workspace(root / "ws_dagster", cfg)
+    home = root / "dagster_home"
+    logs = [root / "sim-serve.log", root / "train.log", root / "dagster.log"]
+    with sim_server(logs[0], "--data", "data/smoke", *FAULTS) as server:
+        env = child_env(
+            TRM_LLM_BASE_URL=server.base_url,
+            TRM_LLM_API_KEY=FAKE_KEY,
+            TRM_LLM_TIMEOUT_S="0.2",
+            TRM_LLM_MAX_RETRIES="0",
+            DAGSTER_HOME=str(home),
+        )
+        train = subprocess.run(
+            train_args(ws, SMOKE_CONFIG, OPENAI, resume=False),
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False,
+        )  # fmt: skip
+        logs[1].write_text(train.stdout + train.stderr, encoding="utf-8")
+        dag = subprocess.run(
+            [sys.executable, "-c", _DAGSTER_CHILD, str(dws), str(SMOKE_CONFIG), *OPENAI],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False,
+        )  # fmt: skip
+        logs[2].write_text(dag.stdout + dag.stderr, encoding="utf-8")
+    yield FaultRun(ws, dws, home, logs, train.returncode, train.stdout, dag.returncode)
+    mp.undo()
+
+
+def _rows(ws: Path, sql: str) -> list[dict[str, Any]]:
+    with RunLogReader.open(ws / "runs.duckdb") as r:
+        return r.query(sql)
+
+
+def test_fault_run_completes_and_counts_infra_failures(fault_run: FaultRun) -> None:
+    assert fault_run.train_rc == 0, fault_run.logs[1].read_text(encoding="utf-8")[-3000:]
+    assert "done (" in fault_run.train_out
+    state = json.loads((fault_run.workspace / "state.json").read_text(encoding="utf-8"))
+    assert state["finalized"]
+    ws = fault_run.workspace
+    # every infra failure is a prediction row with failure_kind 'infra', and the runs table counts
+    # exactly those (one row per rollout: none lost to a failed call)
+    per_run = _rows(
+        ws,
+        "SELECT r.run_id, r.n_infra_failures AS counted, r.n_rollouts, "
+        "count(*) FILTER (WHERE p.failure_kind = 'infra') AS infra, count(p.run_id) AS rows "
+        "FROM runs r LEFT JOIN predictions p USING (run_id) "
+        "GROUP BY r.run_id, r.n_infra_failures, r.n_rollouts",
+    )
+    assert sum(int(r["infra"]) for r in per_run) > 0  # the faults reached the loop
+    for r in per_run:
+        assert r["counted"] == r["infra"] and r["n_rollouts"] == r["rows"], r
+    # the epoch reports count the INFRA-aborted gates
+    aborted = _rows(ws, "SELECT epoch FROM step_report WHERE action = 'abort'")
+    assert sum(h["aborted"] for h in state["history"]) == len(aborted) > 0
+
+
+def test_no_verdict_on_an_infra_aborted_gate(fault_run: FaultRun) -> None:
+    cfg = tiny_config("llm_provider=openai")
+    ws = fault_run.workspace
+    blocks = _rows(
+        ws,
+        "SELECT gate_run_id, block, verdict, infra, attempted, infra_rate FROM gate_evidence "
+        "WHERE row_kind = 'block' ORDER BY gate_run_id, block",
+    )
+    assert blocks
+    guarded = 0
+    for b in blocks:  # GATE §5: the guard is evaluated after each block, before any verdict
+        if (
+            int(b["attempted"]) >= cfg.gate_infra_min_denominator
+            and float(b["infra_rate"]) > cfg.gate_infra_max_rate
+        ):
+            assert b["verdict"] == "INFRA", b
+            guarded += 1
+    assert guarded > 0
+    last = {b["gate_run_id"]: b for b in blocks}  # the last block's decision is final
+    reports = {
+        r["gate_run_id"]: r
+        for r in _rows(ws, "SELECT * FROM step_report WHERE gate_run_id IS NOT NULL")
+    }
+    for gate, b in last.items():
+        rep = reports[gate]
+        if b["verdict"] == "INFRA":
+            assert rep["action"] == "abort" and rep["new_skills_version"] is None, rep
+        else:
+            assert rep["action"] in ("accept", "reject"), rep
+    # an aborted gate leaves no blacklist entry and no new version (the store only grows by
+    # accepts, rollbacks and slow-update versions)
+    state = json.loads((ws / "state.json").read_text(encoding="utf-8"))
+    aborted = {g for g, b in last.items() if b["verdict"] == "INFRA"}
+    entries = [e for v in state["rejected_buffer"].values() for e in v]
+    assert not [e for e in entries if any(g in json.dumps(e) for g in aborted)]
+
+
+def test_epoch_report_counts_infra_failed_rollouts(fault_run: FaultRun) -> None:
+    state = json.loads((fault_run.workspace / "state.json").read_text(encoding="utf-8"))
+    for h in state["history"]:
+        glob = f"train_e{h['epoch']}_*"
+        rows = _rows(
+            fault_run.workspace,
+            f"SELECT sum(n_infra_failures) AS n FROM runs WHERE run_id GLOB '{glob}'",
+        )
+        assert h["infra_failures"] == rows[0]["n"]
+    assert sum(h["infra_failures"] for h in state["history"]) > 0
+
+
+def _files(root: Path) -> list[Path]:
+    return [p for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()]
+
+
+def test_api_key_never_written_anywhere(fault_run: FaultRun) -> None:
+    assert fault_run.dagster_rc == 0, fault_run.logs[2].read_text(encoding="utf-8")[-3000:]
+    assert (fault_run.dagster_workspace / "runs.duckdb").exists()
+    scanned = (
+        _files(fault_run.workspace)
+        + _files(fault_run.dagster_workspace)
+        + _files(fault_run.dagster_home)
+        + fault_run.logs
+    )
+    assert any(p.suffix == ".duckdb" for p in scanned)
+    assert any(p.is_relative_to(fault_run.dagster_home) for p in scanned)  # Dagster wrote here
+    needles = [FAKE_KEY.encode(), FAKE_KEY[8:32].encode(), FAKE_KEY.encode("utf-16-le")]
+    leaks = [str(p) for p in scanned for n in needles if n in p.read_bytes()]
+    assert leaks == []
+    # the server logged every request (--log-requests) without its Authorization header
+    served = fault_run.logs[0].read_text(encoding="utf-8")
+    assert "chat/completions" in served and "Bearer" not in served
