@@ -8,6 +8,7 @@ function the sensor calls); each unit becomes one run of ``gate_step``, ``slow_u
 
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,15 @@ import dagster as dg
 from trm_assets.defs.jobs import finalize, gate_step, slow_update, slow_update_run_config
 from trm_assets.defs.partitions import EPOCHS, STEPS, epoch_key, step_key
 from trm_assets.defs.resources import TrmResource
-from trm_assets.defs.sensors import UNIT_TAG, WORKSPACE_TAG, dagster_unit, planned_action
+from trm_assets.defs.sensors import (
+    HOST_TAG,
+    PID_TAG,
+    UNIT_TAG,
+    WORKSPACE_TAG,
+    dagster_unit,
+    planned_action,
+)
+from trm_assets.domain.errors import TrmError
 from trm_assets.harness.plan import Action
 from trm_assets.harness.units import unit_key
 
@@ -28,7 +37,7 @@ DEFAULT_DAGSTER_HOME = PROJECT_ROOT / "dagster_home"
 Echo = Callable[[str], None]
 
 
-class TrainingRunFailed(RuntimeError):
+class TrainingRunFailed(TrmError, RuntimeError):
     """A Dagster run of a unit failed; the workspace is at the last checkpoint."""
 
 
@@ -75,7 +84,13 @@ def _job(name: str) -> dg.JobDefinition:
 def execute_unit(action: Action, trm: TrmResource, instance: dg.DagsterInstance) -> str:
     """Execute the Dagster run of one planned unit; returns its run id."""
     unit = dagster_unit(action)
-    tags = {UNIT_TAG: unit_key(unit), WORKSPACE_TAG: trm.workspace}
+    # the pid lets the sensor tell a run whose in-process worker was killed from a live one
+    tags = {
+        UNIT_TAG: unit_key(unit),
+        WORKSPACE_TAG: trm.workspace,
+        PID_TAG: str(os.getpid()),
+        HOST_TAG: socket.gethostname(),
+    }
     if unit.kind == "step":
         assert unit.epoch is not None and unit.step is not None
         e, s = epoch_key(unit.epoch), step_key(unit.step)

@@ -7,6 +7,8 @@ must look at.
 """
 
 import json
+import os
+import socket
 import warnings
 
 import dagster as dg
@@ -28,6 +30,33 @@ IN_PROGRESS = [
 FAILED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 UNIT_TAG = "trm/unit"
 WORKSPACE_TAG = "trm/workspace"
+PID_TAG = "trm/pid"  # set on in-process runs (`trm train`): their worker is that process
+HOST_TAG = "trm/host"
+LOST_TAG = "trm/worker_lost"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fail_lost_runs(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> list[dg.DagsterRun]:
+    """Mark in-progress runs whose in-process worker died (e.g. a killed `trm train`) as failed,
+    tagged ``trm/worker_lost``; returns the runs that are really still in progress."""
+    alive = []
+    for run in runs:
+        pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
+        if pid and pid.isdigit() and host == socket.gethostname() and not _process_alive(int(pid)):
+            instance.add_run_tags(run.run_id, {LOST_TAG: "true"})
+            instance.report_run_failed(run, f"its process (pid {pid}) is gone: worker lost")
+            continue
+        alive.append(run)
+    return alive
 
 
 def planned_action(trm: TrmResource) -> Action:
@@ -82,7 +111,10 @@ warnings.filterwarnings("ignore", message="Parameter `owners`", category=dg.Beta
     description="Launches the next step / slow update / finalize of the workspace's training.",
 )
 def epoch_sensor(context: dg.SensorEvaluationContext, trm: TrmResource):
-    active = context.instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS), limit=1)
+    active = fail_lost_runs(
+        context.instance,
+        list(context.instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS))),
+    )
     if active:
         run = active[0]
         return dg.SkipReason(
@@ -93,9 +125,25 @@ def epoch_sensor(context: dg.SensorEvaluationContext, trm: TrmResource):
         return dg.SkipReason(f"training finished ({action.reason}); nothing to launch")
     unit = dagster_unit(action)
     last = context.instance.get_runs(
-        filters=dg.RunsFilter(tags={WORKSPACE_TAG: trm.workspace}), limit=1
+        filters=dg.RunsFilter(tags={WORKSPACE_TAG: trm.workspace}), limit=2
     )
-    if last and last[0].status in FAILED and last[0].tags.get(UNIT_TAG) == unit_key(unit):
+    # A lost worker (killed process) is relaunched once: the unit restarts from its checkpoint.
+    # Any other failure, or a second loss in a row, needs a human.
+    relaunch_once = (
+        len(last) >= 1
+        and last[0].tags.get(LOST_TAG) == "true"
+        and not (
+            len(last) >= 2
+            and last[1].status in FAILED
+            and last[1].tags.get(UNIT_TAG) == unit_key(unit)
+        )
+    )
+    if (
+        last
+        and last[0].status in FAILED
+        and last[0].tags.get(UNIT_TAG) == unit_key(unit)
+        and not relaunch_once
+    ):
         run = last[0]
         return dg.SkipReason(
             f"the last run for {unit.describe()} ({run.run_id}) ended {run.status.value}; not "

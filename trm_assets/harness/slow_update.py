@@ -646,7 +646,11 @@ def holdout_accuracy(
     ctx.log.flush()
     with RunLogReader.open(ctx.paths.run_db) as reader:
         row = reader.run(run_id)
-    if row is not None and row.get("status") == "done":
+    # Reuse only a run the manifest recorded: a run finished by a unit that was killed before
+    # its checkpoint is rolled back from the manifest, so it is evaluated (and charged) again,
+    # exactly as the uninterrupted run did (the rows themselves are idempotent inserts).
+    recorded = read_manifest(ctx.workspace).run(run_id) is not None
+    if row is not None and row.get("status") == "done" and recorded:
         acc = row.get("accuracy")
         return None if acc is None else float(acc)
     res = asyncio.run(evaluate(ctx, run_id, skills, prompts, ctx.pool_questions("test"), "holdout"))
