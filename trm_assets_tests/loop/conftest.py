@@ -10,51 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from trm_assets.harness.config import RunConfig, config_to_yaml, load_config
+from trm_assets.harness.config import RunConfig
 from trm_assets.harness.context import LoopContext, loop_context
 from trm_assets.harness.plan import Action
 from trm_assets.harness.runner import train
-from trm_assets.harness.workspace import init_workspace
-
-REPO = Path(__file__).resolve().parents[2]
-SMOKE_CONFIG = REPO / "data" / "configs" / "smoke.yaml"
-
-# A tiny run (≈ 3 s) with accepts, rejects, a probation rollback, momentum and prompt evolution:
-# cue-rich proposals and probation_min_pairs=1 so every fast/slow path is exercised.
-TINY = (
-    "seed=2",
-    "val_size=24",
-    "test_size=12",
-    "eval_min_per_class=2",
-    "batch_size=12",
-    "steps_per_epoch=2",
-    "epochs=2",
-    "gate_passes=4",
-    "concurrency=4",
-    "probation_min_pairs=1",
-    "sim.proposal_mix.cue=0.6",
-    "sim.proposal_mix.neutral=0.1",
-    "sim.proposal_mix.harmful=0.2",
+from trm_assets_tests.tiny import (  # noqa: F401 - re-exported for the test modules
+    REPO,
+    SMOKE_CONFIG,
+    TINY,
+    _repo_cwd,
+    new_workspace,
+    tiny_config,
 )
-
-
-@pytest.fixture(autouse=True)
-def _repo_cwd(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(REPO)  # the configs' data paths are relative to the repository
-
-
-def tiny_config(*extra: str) -> RunConfig:
-    return load_config(SMOKE_CONFIG, (*TINY, *extra), environ={}, dotenv_path=None)
-
-
-def new_workspace(path: Path, cfg: RunConfig) -> Path:
-    init_workspace(
-        path,
-        questions_ref=cfg.questions,
-        config_yaml=config_to_yaml(cfg),
-        config_fingerprint=cfg.fingerprint(),
-    )
-    return path
 
 
 def run_to_end(

@@ -86,6 +86,7 @@ from trm_assets.evolution.types import EvolutionRecord, text_hash
 from trm_assets.harness import baseline_cache_store as bcs
 from trm_assets.harness import validate as validate_mod
 from trm_assets.harness.budget import estimate
+from trm_assets.harness.config import load_config
 from trm_assets.harness.context import LoopContext, loop_context
 from trm_assets.harness.dataset import load_dataset
 from trm_assets.harness.init_cli import init_cmd
@@ -114,7 +115,6 @@ from trm_assets.harness.workspace import read_manifest
 from trm_assets_tests.loop.conftest import (
     SMOKE_CONFIG,
     digest,
-    load_config,
     new_workspace,
     run_to_end,
     tiny_config,
