@@ -23,7 +23,6 @@ from trm_assets.defs.resources import TrmResource
 from trm_assets.harness.baseline_cache_store import BaselineCacheStore
 from trm_assets.harness.lineage import (
     epoch_eval_facts,
-    epoch_summary,
     load_state_dict,
     skill_facts,
     step_rows,
@@ -285,7 +284,3 @@ def epoch_metadata(
                 float(h["expected"])
             )
     return [("epoch_eval", eval_md), ("holdout_report", hold_md)]
-
-
-def epoch_is_reported(trm: TrmResource, epoch: int) -> bool:
-    return epoch_summary(trm.workspace_dir(), epoch) is not None
