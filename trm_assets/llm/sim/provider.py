@@ -9,7 +9,10 @@ Deterministic given (sim seed, messages, tools, ``seed``): the role is read from
 * **task** — malformed content (``fault_malformed_rate``): a well-formed reply whose text is not a
   usable answer/JSON. Never raised, judged by the caller.
 
-Latency (``latency_ms_mean`` ± ``latency_ms_jitter``) is slept with ``asyncio.sleep``.
+Latency (``latency_ms_mean`` ± ``latency_ms_jitter``) is the time a call takes as the caller sees
+it, like a remote server's: the reply is computed first and only the rest of the latency is slept
+(``asyncio.sleep``), so the simulator's own CPU time is not added on top of the latency
+(``docs/decision-sim-latency-includes-compute.md``). A failing attempt sleeps its full latency.
 """
 
 from __future__ import annotations
@@ -176,7 +179,15 @@ class SimulatedProvider:
         seed: int | None = None,
     ) -> ChatResponse:
         """The reply without faults or latency (used by the HTTP server)."""
-        request = request_digest(messages, tools, seed)
+        return self._respond(messages, tools, seed, request_digest(messages, tools, seed))
+
+    def _respond(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] | None,
+        seed: int | None,
+        request: str,
+    ) -> ChatResponse:
         reply = simulate(self.world, self.config, messages, tools, seed)
         resp = to_chat_response(reply, messages, tools, self._model, request)
         with self._lock:
@@ -194,8 +205,9 @@ class SimulatedProvider:
     ) -> ChatResponse:
         del temperature, max_tokens  # the simulator's noise comes from ``seed`` (the sample index)
         t0 = time.perf_counter()
+        request = request_digest(messages, tools, seed)
+        delay = 0.0
         if self.inject_faults:
-            request = request_digest(messages, tools, seed)
             attempt = self._attempts.next(request) if faults_possible(self.config) else 0
             delay = latency_ms(self.config, request, attempt)
             fault = draw_fault(self.config, request, attempt)
@@ -203,15 +215,18 @@ class SimulatedProvider:
                 if self.config.timeout_sleep_s > 0:
                     await asyncio.sleep(self.config.timeout_sleep_s)
                 raise InfraError("timeout", f"simulated timeout of model {self._model}")
-            if delay > 0:
-                await asyncio.sleep(delay / 1000.0)
             if fault is not None:
+                if delay > 0:
+                    await asyncio.sleep(delay / 1000.0)
                 raise InfraError(
                     "http_status",
                     f"simulated HTTP {fault[1]} from model {self._model}",
                     status=fault[1],
                 )
-        resp = self.respond(messages, tools, seed)
+        resp = self._respond(messages, tools, seed, request)
+        remaining = delay / 1000.0 - (time.perf_counter() - t0)
+        if remaining > 0:  # the compute above is part of the call's latency
+            await asyncio.sleep(remaining)
         return ChatResponse(
             content=resp.content,
             tool_calls=resp.tool_calls,
