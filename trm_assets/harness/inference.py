@@ -268,6 +268,7 @@ async def run_inference(
             skills_version=skills_version,
             prompts_version=prompts_version,
             questions_ref=questions_ref,
+            defer=True,  # written with the first rollouts: one commit, not two
         )
 
     sem = asyncio.Semaphore(concurrency)
@@ -368,8 +369,10 @@ async def run_inference(
         if log is not None:
             outcomes = await asyncio.gather(*flushing, return_exceptions=True)
             write_errors = [e for e in outcomes if isinstance(e, BaseException)]
-            await asyncio.to_thread(log.flush)
-            log.finish_run(run_id, status=status, wall_s=wall)
+            log.finish_run(run_id, status=status, wall_s=wall, defer=True)
+            # The last rollouts and the run's row in one commit, written behind the caller (the
+            # next flush — every checkpoint flushes — waits for it and raises its error).
+            log.flush_behind()
             if write_errors and status == "done":
                 raise write_errors[0]  # a failed batch write is a bug, never silently dropped
     preds = tuple(p for p in results if p is not None)

@@ -30,7 +30,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -346,6 +346,13 @@ class RunLog(_Queries):
         self._buffer: dict[
             tuple[str, str, int], tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]
         ] = {}
+        # Statements deferred to the next flush's transaction (run rows, observation rows), in
+        # call order, and the runs this writer created, with the keys it has written for each:
+        # rows of those keys are new, so they take the plain-INSERT path of _write_batch.
+        self._deferred: list[Callable[[duckdb.DuckDBPyConnection], Any]] = []
+        self._fresh: dict[str, set[tuple[str, int]]] = {}
+        self._behind: threading.Thread | None = None  # a flush_behind() still writing
+        self._behind_error: BaseException | None = None
         self._closed = False
         target = ":memory:" if str(path) == ":memory:" else str(self.path)
         if target != ":memory:":
@@ -434,46 +441,52 @@ class RunLog(_Queries):
         prompts_version: str | None = None,
         questions_ref: str | None = None,
         meta: Mapping[str, Any] | None = None,
+        defer: bool = False,
     ) -> None:
         """Create the run's row, or mark an existing one running again (resume / next block).
 
-        Versions and the questions reference are kept when already set and not given again.
+        Values that are given replace stored ones; the others are kept. ``defer=True`` writes the
+        row in the next :meth:`flush`'s transaction, together with the run's first rollouts (one
+        commit instead of two; a run is visible from its first flush).
         """
         _check_run_id(run_id)
-        with self._lock:
-            self._check_open()
-            self._con.execute(
-                """
-                INSERT INTO runs (run_id, kind, status, model, is_simulated, skill_mode, max_steps,
-                                  concurrency, skills_version, prompts_version, questions_ref, meta)
-                VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (run_id) DO UPDATE SET
-                    status = 'running',
-                    kind = COALESCE(excluded.kind, runs.kind),
-                    model = COALESCE(excluded.model, runs.model),
-                    is_simulated = COALESCE(excluded.is_simulated, runs.is_simulated),
-                    skill_mode = COALESCE(excluded.skill_mode, runs.skill_mode),
-                    max_steps = COALESCE(excluded.max_steps, runs.max_steps),
-                    concurrency = COALESCE(excluded.concurrency, runs.concurrency),
-                    skills_version = COALESCE(excluded.skills_version, runs.skills_version),
-                    prompts_version = COALESCE(excluded.prompts_version, runs.prompts_version),
-                    questions_ref = COALESCE(excluded.questions_ref, runs.questions_ref),
-                    meta = COALESCE(excluded.meta, runs.meta)
-                """,
-                [
-                    run_id,
-                    kind,
-                    model,
-                    is_simulated,
-                    skill_mode,
-                    max_steps,
-                    concurrency,
-                    skills_version,
-                    prompts_version,
-                    questions_ref,
-                    to_text_field(dict(meta)) if meta is not None else None,
-                ],
+        values: dict[str, Any] = {
+            "kind": kind,
+            "model": model,
+            "is_simulated": is_simulated,
+            "skill_mode": skill_mode,
+            "max_steps": max_steps,
+            "concurrency": concurrency,
+            "skills_version": skills_version,
+            "prompts_version": prompts_version,
+            "questions_ref": questions_ref,
+            "meta": to_text_field(dict(meta)) if meta is not None else None,
+        }
+        given = {k: v for k, v in values.items() if v is not None}
+
+        def write(con: duckdb.DuckDBPyConnection) -> str | None:
+            sets = "".join(f", {k} = ?" for k in given)
+            found = con.execute(
+                f"UPDATE runs SET status = 'running'{sets} WHERE run_id = ? RETURNING run_id",
+                [*given.values(), run_id],
+            ).fetchall()
+            if found:
+                return None
+            cols = ", ".join(("run_id", "status", *given))
+            marks = ", ".join("?" for _ in range(len(given) + 2))
+            con.execute(
+                f"INSERT INTO runs ({cols}) VALUES ({marks})", [run_id, "running", *given.values()]
             )
+            return run_id  # created by this writer: its rollouts are new keys
+
+        if defer:
+            with self._buf_lock:
+                self._deferred.append(write)
+            return
+        with self.transaction() as con:
+            created = write(con)
+        if created is not None:
+            self._fresh.setdefault(created, set())
 
     def set_run_versions(
         self,
@@ -484,6 +497,8 @@ class RunLog(_Queries):
         questions_ref: str | None = None,
     ) -> None:
         """Record which (skills, prompts) versions and questions a run evaluated (for promotion)."""
+        if self._deferred:
+            self.flush()  # a deferred begin_run creates the row
         with self._lock:
             self._check_open()
             n = self._con.execute(
@@ -494,12 +509,17 @@ class RunLog(_Queries):
         if not n:
             raise RunLogError(f"{self.path}: run {run_id!r} has no runs row; call begin_run first")
 
-    def finish_run(self, run_id: str, *, status: str = "done", wall_s: float | None = None) -> None:
-        """Mark a run finished; its counters are recomputed from every prediction of the run."""
-        self.flush()
-        with self._lock:
-            self._check_open()
-            self._con.execute(
+    def finish_run(
+        self, run_id: str, *, status: str = "done", wall_s: float | None = None, defer: bool = False
+    ) -> None:
+        """Mark a run finished; its counters are recomputed from every prediction of the run.
+
+        Written in one transaction with the buffered rollouts; ``defer=True`` leaves it for the
+        next :meth:`flush` (whose transaction writes the rollouts first).
+        """
+
+        def write(con: duckdb.DuckDBPyConnection) -> None:
+            con.execute(
                 """
                 UPDATE runs SET
                     status = ?,
@@ -522,6 +542,48 @@ class RunLog(_Queries):
                 """,
                 [status, wall_s, run_id, run_id],
             )
+
+        with self._buf_lock:
+            self._deferred.append(write)
+        if not defer:
+            self.flush()
+
+    def defer(self, write: Callable[[duckdb.DuckDBPyConnection], Any]) -> None:
+        """Run ``write(connection)`` inside the next :meth:`flush`'s transaction, after the
+        buffered rollouts (observation rows: one commit per unit of work, not one per table)."""
+        with self._buf_lock:
+            self._deferred.append(write)
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        """Run a SELECT after writing what is buffered (the writer reads its own writes)."""
+        if self.pending or self._deferred or self._behind is not None:
+            self.flush()
+        return super().query(sql, params)
+
+    def flush_behind(self) -> None:
+        """Start a :meth:`flush` in a background thread and return at once (the end of an
+        inference run: its last rows are written while the caller goes on). The next
+        :meth:`flush`, read or :meth:`close` waits for it first and raises its error, so a
+        checkpoint taken after a flush never runs ahead of the rows."""
+        self._join_behind()
+
+        def run() -> None:
+            try:
+                self._flush_now()
+            except BaseException as e:  # re-raised by the next flush
+                self._behind_error = e
+
+        self._behind = threading.Thread(target=run, name=f"runlog-flush {self.path.name}")
+        self._behind.start()
+
+    def _join_behind(self) -> None:
+        t = self._behind
+        if t is not None and t is not threading.current_thread():
+            t.join()
+            self._behind = None
+        err, self._behind_error = self._behind_error, None
+        if err is not None:
+            raise err
 
     # -- rollouts ----------------------------------------------------------------------------
 
@@ -577,33 +639,49 @@ class RunLog(_Queries):
             return len(self._buffer)
 
     def flush(self) -> int:
-        """Write the buffered rollouts in one transaction; returns how many were buffered."""
+        """Write the buffered rollouts, then the deferred statements, in one transaction;
+        returns how many rollouts were buffered. On failure everything stays buffered."""
+        self._join_behind()
+        return self._flush_now()
+
+    def _flush_now(self) -> int:
         with self._buf_lock:
             batch, self._buffer = self._buffer, {}
-        if not batch:
+            deferred, self._deferred = self._deferred, []
+        if not batch and not deferred:
             return 0
-        preds = pd.DataFrame(
-            [p for p, _, _ in batch.values()],
-            columns=[c for c in PREDICTION_COLUMNS if c != "created_at"],
-        )
-        trs = pd.DataFrame(
-            [t for _, ts, _ in batch.values() for t in ts], columns=list(TRACE_COLUMNS)
-        )
-        fls = pd.DataFrame(
-            [f for _, _, fs in batch.values() for f in fs],
-            columns=[c for c in FLAG_COLUMNS if c != "created_at"],
-        )
+        created: list[str] = []
         try:
             with self.transaction() as con:
-                _write_batch(con, preds, trs, fls)
+                # Deferred run rows first: a run created here makes its rollouts new keys.
+                for w in deferred:
+                    if _is_begin(w) and isinstance(got := w(con), str):
+                        created.append(got)
+                if batch:
+                    fresh = {r: self._fresh.get(r, set()) for r in (*self._fresh, *created)}
+                    _write_batch(con, batch, fresh)
+                for w in deferred:
+                    if not _is_begin(w):
+                        w(con)
         except duckdb.ConstraintException:
             raise  # a bug in the rows: retrying the same rows cannot succeed
         except BaseException:
-            with self._buf_lock:  # keep the rows for the next flush (unless newer ones arrived)
+            with self._buf_lock:  # keep everything for the next flush (unless newer rows arrived)
                 for k, v in batch.items():
                     self._buffer.setdefault(k, v)
+                self._deferred[:0] = deferred
             raise
+        for r in created:
+            self._fresh.setdefault(r, set())
+        for run_id, qid, rep in batch:
+            keys = self._fresh.get(run_id)
+            if keys is not None:
+                keys.add((qid, rep))
         return len(batch)
+
+
+def _is_begin(write: Callable[..., Any]) -> bool:
+    return getattr(write, "__qualname__", "").startswith("RunLog.begin_run.")
 
 
 _OPEN_TOKEN = object()
@@ -611,51 +689,91 @@ _OPEN_TOKEN = object()
 _KEY = "run_id, question_id, replicate"
 
 
+Batch = dict[
+    tuple[str, str, int], tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]
+]
+
+
 def _write_batch(
-    con: duckdb.DuckDBPyConnection, preds: pd.DataFrame, trs: pd.DataFrame, fls: pd.DataFrame
+    con: duckdb.DuckDBPyConnection, batch: Batch, fresh: Mapping[str, set[tuple[str, int]]]
 ) -> None:
+    """Insert a batch of rollouts. Keys that are new for certain (runs this writer created, keys
+    it has not written yet) take plain INSERTs; otherwise the idempotent path below."""
     pcols = [c for c in PREDICTION_COLUMNS if c != "created_at"]
     fcols = [c for c in FLAG_COLUMNS if c != "created_at"]
-    con.register("_in_pred", preds)
-    con.register("_in_trace", trs)
-    con.register("_in_flag", fls)
+    preds = pd.DataFrame([p for p, _, _ in batch.values()], columns=pcols)
+    trs = pd.DataFrame([t for _, ts, _ in batch.values() for t in ts], columns=list(TRACE_COLUMNS))
+    fls = pd.DataFrame([f for _, _, fs in batch.values() for f in fs], columns=fcols)
+    new_keys = all(
+        run_id in fresh and (qid, rep) not in fresh[run_id] for run_id, qid, rep in batch
+    )
+    names = [("_in_pred", preds)]
+    if len(trs):
+        names.append(("_in_trace", trs))
+    if len(fls):
+        names.append(("_in_flag", fls))
+    for name, frame in names:
+        con.register(name, frame)
     try:
-        # Rollouts that will land: new keys, or keys whose stored row is still pessimistic.
-        con.execute(
-            """CREATE OR REPLACE TEMP TABLE _accepted AS
-                SELECT i.run_id, i.question_id, CAST(i.replicate AS INTEGER) AS replicate
-                FROM _in_pred i LEFT JOIN predictions p
-                  ON p.run_id = i.run_id AND p.question_id = i.question_id
-                 AND p.replicate = i.replicate
-                WHERE p.run_id IS NULL OR p.stop_reason = 'error'"""
-        )
-        for table in ("traces", "flags"):
-            con.execute(f"DELETE FROM {table} WHERE ({_KEY}) IN (SELECT ({_KEY}) FROM _accepted)")
-        updates = ", ".join(f"{c} = excluded.{c}" for c in pcols if c not in _KEY.split(", "))
-        con.execute(
-            f"""INSERT INTO predictions ({", ".join(pcols)})
-                SELECT {", ".join(_cast(c) for c in pcols)} FROM _in_pred
-                ON CONFLICT ({_KEY}) DO UPDATE SET {updates}, created_at = now()
-                WHERE predictions.stop_reason = 'error'"""
-        )
-        if len(trs):
-            con.execute(
-                f"""INSERT OR IGNORE INTO traces ({", ".join(TRACE_COLUMNS)})
-                    SELECT {", ".join(_cast(c, "t") for c in TRACE_COLUMNS)} FROM _in_trace t
-                    SEMI JOIN _accepted a ON a.run_id = t.run_id
-                     AND a.question_id = t.question_id AND a.replicate = t.replicate"""
-            )
-        if len(fls):
-            con.execute(
-                f"""INSERT OR IGNORE INTO flags ({", ".join(fcols)})
-                    SELECT {", ".join(_cast(c, "f") for c in fcols)} FROM _in_flag f
-                    SEMI JOIN _accepted a ON a.run_id = f.run_id
-                     AND a.question_id = f.question_id AND a.replicate = f.replicate"""
-            )
+        if new_keys:
+            _insert_new(con, pcols, fcols, len(trs) > 0, len(fls) > 0)
+        else:
+            _upsert(con, pcols, fcols, len(trs) > 0, len(fls) > 0)
     finally:
-        for name in ("_in_pred", "_in_trace", "_in_flag"):
+        for name, _ in names:
             with suppress(duckdb.Error):  # an aborted transaction refuses; re-register replaces
                 con.unregister(name)
+
+
+def _insert_new(
+    con: duckdb.DuckDBPyConnection, pcols: list[str], fcols: list[str], trs: bool, fls: bool
+) -> None:
+    for table, cols, source, present in (
+        ("predictions", pcols, "_in_pred", True),
+        ("traces", list(TRACE_COLUMNS), "_in_trace", trs),
+        ("flags", fcols, "_in_flag", fls),
+    ):
+        if present:
+            names = ", ".join(cols)
+            casts = ", ".join(_cast(c) for c in cols)
+            con.execute(f"INSERT INTO {table} ({names}) SELECT {casts} FROM {source}")
+
+
+def _upsert(
+    con: duckdb.DuckDBPyConnection, pcols: list[str], fcols: list[str], trs: bool, fls: bool
+) -> None:
+    # Rollouts that will land: new keys, or keys whose stored row is still pessimistic.
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE _accepted AS
+            SELECT i.run_id, i.question_id, CAST(i.replicate AS INTEGER) AS replicate
+            FROM _in_pred i LEFT JOIN predictions p
+              ON p.run_id = i.run_id AND p.question_id = i.question_id
+             AND p.replicate = i.replicate
+            WHERE p.run_id IS NULL OR p.stop_reason = 'error'"""
+    )
+    for table in ("traces", "flags"):
+        con.execute(f"DELETE FROM {table} WHERE ({_KEY}) IN (SELECT ({_KEY}) FROM _accepted)")
+    updates = ", ".join(f"{c} = excluded.{c}" for c in pcols if c not in _KEY.split(", "))
+    con.execute(
+        f"""INSERT INTO predictions ({", ".join(pcols)})
+            SELECT {", ".join(_cast(c) for c in pcols)} FROM _in_pred
+            ON CONFLICT ({_KEY}) DO UPDATE SET {updates}, created_at = now()
+            WHERE predictions.stop_reason = 'error'"""
+    )
+    if trs:
+        con.execute(
+            f"""INSERT OR IGNORE INTO traces ({", ".join(TRACE_COLUMNS)})
+                SELECT {", ".join(_cast(c, "t") for c in TRACE_COLUMNS)} FROM _in_trace t
+                SEMI JOIN _accepted a ON a.run_id = t.run_id
+                 AND a.question_id = t.question_id AND a.replicate = t.replicate"""
+        )
+    if fls:
+        con.execute(
+            f"""INSERT OR IGNORE INTO flags ({", ".join(fcols)})
+                SELECT {", ".join(_cast(c, "f") for c in fcols)} FROM _in_flag f
+                SEMI JOIN _accepted a ON a.run_id = f.run_id
+                 AND a.question_id = f.question_id AND a.replicate = f.replicate"""
+        )
 
 
 _CASTS = {

@@ -168,13 +168,7 @@ async def evaluate(
         prompts_version=prompts_version,
         questions_ref=ctx.dataset.questions_ref,
     )
-    ctx.log.set_run_versions(
-        run_id,
-        skills_version=skills_version,
-        prompts_version=prompts_version,
-        questions_ref=ctx.dataset.questions_ref,
-    )
-    return res
+    return res  # run_inference recorded the versions and questions on the run's row
 
 
 def outcomes_by_qid(res: InferenceResult) -> dict[str, bool | None]:
