@@ -155,7 +155,7 @@ def test_overhead_ideal_and_cli() -> None:
     others = {"diagnose": 2, "evolve": 3, "momentum": 1, "system_tool": 0}
     # (max(40/8, 4) + max(3/8, 3)) + diag 1 per step × 2 + evolve 3 + momentum 1 = 5+3+2+3+1
     assert math.isclose(ideal_seconds(log, others, 2, 0.05, 8), 14 * 0.05)
-    args = ["--json", "--skip-dagster", "--latency-ms", "20", "--concurrency", "8"]
+    args = ["--json", "--skip-dagster", "--small", "--latency-ms", "20", "--concurrency", "8"]
     res = CliRunner().invoke(overhead_cli, args, catch_exceptions=False)
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
