@@ -105,6 +105,7 @@ def data_check(paths: tuple[str, ...], as_json: bool) -> None:
         "optimizer": ("trm_assets.bench.optimizer:cli", "Gate policies on the SIMULATED world."),
         "overhead": ("trm_assets.bench.overhead:cli", "Harness and Dagster overhead."),
         "reliability": ("trm_assets.bench.reliability:cli", "Kill-anywhere resume check."),
+        "scale": ("trm_assets.bench.scale:cli", "1x vs 10x questions; lineage query at 1M rows."),
     },
 )
 def bench() -> None:
