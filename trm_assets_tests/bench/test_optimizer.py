@@ -21,7 +21,7 @@ from trm_assets.bench.optimizer import (
     wilson,
 )
 from trm_assets.bench.optimizer_run import AA_NOOP, RunSpec, execute, resolve_config
-from trm_assets.bench.overhead import BarrierLog, ideal_seconds
+from trm_assets.bench.overhead import BarrierLog, ideal_seconds, makespan, schedule_seconds
 from trm_assets.bench.overhead import cli as overhead_cli
 from trm_assets.harness.config import load_config
 from trm_assets.harness.dataset import load_dataset
@@ -155,6 +155,12 @@ def test_overhead_ideal_and_cli() -> None:
     others = {"diagnose": 2, "evolve": 3, "momentum": 1, "system_tool": 0}
     # (max(40/8, 4) + max(3/8, 3)) + diag 1 per step × 2 + evolve 3 + momentum 1 = 5+3+2+3+1
     assert math.isclose(ideal_seconds(log, others, 2, 0.05, 8), 14 * 0.05)
+    # Whole rollouts in order on the first free slot: 5,5,5 on 2 slots → 10; the bound says 7.5.
+    assert makespan([5, 5, 5], 2) == 10 and makespan([4, 1, 1, 1, 1], 2) == 4
+    assert makespan([3], 8) == 3 and makespan([], 4) == 0
+    sched = BarrierLog([(15, 5)], [(5, 5, 5)])
+    assert math.isclose(schedule_seconds(sched, others, 2, 0.05, 2), (10 + 2 + 3 + 1) * 0.05)
+    assert ideal_seconds(sched, others, 2, 0.05, 2) < schedule_seconds(sched, others, 2, 0.05, 2)
     args = ["--json", "--skip-dagster", "--small", "--latency-ms", "20", "--concurrency", "8"]
     res = CliRunner().invoke(overhead_cli, args, catch_exceptions=False)
     assert res.exit_code == 0, res.output
@@ -162,4 +168,5 @@ def test_overhead_ideal_and_cli() -> None:
     (cell,) = out["epoch"]
     assert cell["latency_ms"] == 20 and cell["concurrency"] == 8
     assert cell["ideal_s"] > 0 and cell["ratio"] >= 1.0 and cell["llm_calls"] > 0
+    assert cell["ideal_s"] <= cell["schedule_s"] <= cell["wall_s"]
     assert out["dagster"] is None
