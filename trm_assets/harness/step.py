@@ -496,6 +496,7 @@ async def _gate_skill(
         rollouts=outcome.baseline_rollouts + outcome.candidate_rollouts,
         prompt_tokens=outcome.prompt_tokens,
         completion_tokens=outcome.completion_tokens,
+        llm_calls=outcome.llm_calls,
     )
     if echo is not None:
         echo(

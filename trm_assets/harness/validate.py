@@ -103,6 +103,7 @@ class ValidationOutcome:
     cache_hits: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    llm_calls: int = 0
     history: tuple[GateVerdict, ...] = field(default=())
 
     @property
@@ -184,7 +185,7 @@ async def validate_candidate_skill(
     context_hash = ctx.context_hash(base_skills)
     base_run, cand_run = f"{req.gate_run_id}_base", f"{req.gate_run_id}_cand"
     state = new_gate_state(len(plan), params)
-    counters = {"base": 0, "cand": 0, "hits": 0, "pt": 0, "ct": 0}
+    counters = {"base": 0, "cand": 0, "hits": 0, "pt": 0, "ct": 0, "calls": 0}
     observed: dict[str, bool | None] = {}
     verdict: GateVerdict | None = None
     for bi, chunk in enumerate(chunk_plan(plan, params.block)):
@@ -264,6 +265,7 @@ async def validate_candidate_skill(
         cache_hits=counters["hits"],
         prompt_tokens=counters["pt"],
         completion_tokens=counters["ct"],
+        llm_calls=counters["calls"],
         history=tuple(state.history),
     )
 
@@ -287,6 +289,7 @@ def _count(counters: dict[str, int], arm: str, res: InferenceResult) -> None:
     counters[arm] += res.n
     counters["pt"] += res.usage.prompt_tokens
     counters["ct"] += res.usage.completion_tokens
+    counters["calls"] += sum(p.n_llm_calls for p in res.predictions)
 
 
 async def _rollouts(

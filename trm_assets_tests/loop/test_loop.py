@@ -335,6 +335,10 @@ def test_gate_evidence_rows_per_question_and_block(tiny_run: tuple[Path, list[Pa
         assert last["positions"] == len(questions), gate  # one row per visited position
         assert last["verdict"] != "CONTINUE"
         assert all(b["verdict"] == "CONTINUE" for b in blocks if b is not last)
+    # The ledger charges the gate's model calls with its rollouts (≥ one call per rollout).
+    ledger = json.loads((ws / "state.json").read_text(encoding="utf-8"))["budget"]
+    gates = [ph["gate"] for ph in ledger.values() if "gate" in ph]
+    assert gates and all(g["llm_calls"] >= g["rollouts"] > 0 for g in gates)
     quads = read_rows(ws / "runs.duckdb", "quadrant_pair")
     assert {q["quadrant"] for q in quads} <= {
         "IMPROVED",
