@@ -141,6 +141,10 @@ def policy_plan(ctx: LoopContext, req: GateRequest) -> tuple[tuple[str, int], ..
 
 def _materialize(tmp_root: Path, skills: Mapping[str, str], name: str, text: str) -> dict[str, str]:
     tmp_root.mkdir(parents=True, exist_ok=True)
+    # One writer per workspace (SPEC §8) and this function never yields: a candidate directory
+    # found here was left by a killed gate (the kill bench found one after a resume).
+    for stale in tmp_root.glob("cand-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     d = Path(tempfile.mkdtemp(prefix=f"cand-{name.removesuffix('.md')}-", dir=tmp_root))
     try:
         for fname, body in sorted({**skills, name: text}.items()):
