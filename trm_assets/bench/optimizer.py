@@ -28,7 +28,9 @@ import json
 import math
 import multiprocessing as mp
 import os
+import signal
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -251,13 +253,27 @@ def run_specs(
         return out
     results: list[dict[str, Any] | None] = [None] * len(specs)
     ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=die_with_parent, initargs=(os.getpid(),)
+    ) as pool:
         futures = {pool.submit(execute_dict, s): i for i, s in enumerate(specs)}
         for fut in as_completed(futures):
             i = futures[fut]
             results[i] = fut.result()
             note(i, results[i])  # type: ignore[arg-type]
     return [r for r in results if r is not None]
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Worker initializer: a killed bench takes its workers with it (Linux ``PR_SET_PDEATHSIG``)
+    instead of leaving them to finish their runs as orphans."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
 
 
 def comparison(

@@ -170,3 +170,41 @@ def test_overhead_ideal_and_cli() -> None:
     assert cell["ideal_s"] > 0 and cell["ratio"] >= 1.0 and cell["llm_calls"] > 0
     assert cell["ideal_s"] <= cell["schedule_s"] <= cell["wall_s"]
     assert out["dagster"] is None
+
+
+def test_optimizer_workers_die_with_a_killed_bench(tmp_path: Path) -> None:
+    """SIGKILL of the bench process stops its worker processes (no orphans finishing runs)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import multiprocessing as mp, os, sys, time\n"
+        "from concurrent.futures import ProcessPoolExecutor\n"
+        "from trm_assets.bench.optimizer import die_with_parent\n"
+        "if __name__ == '__main__':\n"
+        "    ctx = mp.get_context('spawn')\n"
+        "    with ProcessPoolExecutor(1, mp_context=ctx, initializer=die_with_parent,\n"
+        "                             initargs=(os.getpid(),)) as pool:\n"
+        "        print(pool.submit(os.getpid).result(), flush=True)\n"
+        "        pool.submit(time.sleep, 60)\n"
+        "        time.sleep(60)\n",
+        encoding="utf-8",
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    worker = int(proc.stdout.readline())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(worker, signal.SIGKILL)
+    raise AssertionError(f"worker {worker} outlived its killed parent")
