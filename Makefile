@@ -22,7 +22,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check trm_assets trm_assets_tests
 	$(BIN)/ruff format --check trm_assets trm_assets_tests
-	$(BIN)/mypy trm_assets/domain trm_assets/harness/config.py
+	$(BIN)/mypy trm_assets
 	$(BIN)/pytest -q
 
 # The Dagster UI and daemon (for the epoch sensor) on 127.0.0.1, against the project's instance.

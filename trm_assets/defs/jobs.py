@@ -51,7 +51,9 @@ def _resource(trm: TrmResource, workspace: str) -> TrmResource:
     return trm if not workspace or workspace == trm.workspace else TrmResource(workspace=workspace)
 
 
-def _run_slow(context: dg.OpExecutionContext, trm: TrmResource, unit: dict[str, Any], index: int):
+def _run_slow(
+    context: dg.OpExecutionContext, trm: TrmResource, unit: dict[str, Any], index: int
+) -> dict[str, Any]:
     res = _resource(trm, unit["workspace"])
     epoch = int(unit["epoch"])
     with res.open() as ctx:
@@ -85,14 +87,18 @@ def _make_slow_op(index: int, fn: Callable[..., Any]) -> dg.OpDefinition:
     if index == 1:
 
         @dg.op(name=name, description=doc, out=dg.Out(dict))
-        def first(context: dg.OpExecutionContext, config: SlowUpdateConfig, trm: TrmResource):
+        def first(
+            context: dg.OpExecutionContext, config: SlowUpdateConfig, trm: TrmResource
+        ) -> dict[str, Any]:
             unit = {"epoch": config.epoch, "workspace": config.workspace or trm.workspace}
             return _run_slow(context, trm, unit, index)
 
         return first
 
     @dg.op(name=name, description=doc, ins={"unit": dg.In(dict)}, out=dg.Out(dict))
-    def later(context: dg.OpExecutionContext, unit: dict, trm: TrmResource):
+    def later(
+        context: dg.OpExecutionContext, unit: dict[str, Any], trm: TrmResource
+    ) -> dict[str, Any]:
         return _run_slow(context, trm, unit, index)
 
     return later
@@ -102,7 +108,7 @@ SLOW_OPS = [_make_slow_op(i, fn) for i, fn in enumerate(SLOW_STEPS, start=1)]
 
 
 @dg.graph(description="SPEC 5.6: the ten steps of the slow update, strictly in order.")
-def slow_update_graph():
+def slow_update_graph() -> None:
     unit = SLOW_OPS[0]()
     for op_def in SLOW_OPS[1:]:
         unit = op_def(unit)
@@ -126,7 +132,7 @@ def deliver_best(context: dg.OpExecutionContext, trm: TrmResource) -> None:
 
 
 @dg.job(executor_def=dg.in_process_executor, tags={"trm/mutates": "true"})
-def finalize():
+def finalize() -> None:
     """The end of training: deliver best and the final held-out evaluation."""
     deliver_best()
 

@@ -20,7 +20,7 @@ DEFAULT_CONFIG = "data/configs/default.yaml"
 DEFAULT_WORKSPACE = "workspaces/default"
 
 
-class TrmResource(dg.ConfigurableResource):
+class TrmResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its value is itself
     """One experiment. ``config_path`` empty → the config ``trm init`` stored in the workspace
     (falling back to the default simulated config before the workspace exists)."""
 

@@ -110,7 +110,9 @@ warnings.filterwarnings("ignore", message="Parameter `owners`", category=dg.Beta
     default_status=dg.DefaultSensorStatus.STOPPED,
     description="Launches the next step / slow update / finalize of the workspace's training.",
 )
-def epoch_sensor(context: dg.SensorEvaluationContext, trm: TrmResource):
+def epoch_sensor(
+    context: dg.SensorEvaluationContext, trm: TrmResource
+) -> dg.SkipReason | dg.SensorResult:
     active = fail_lost_runs(
         context.instance,
         list(context.instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS))),

@@ -14,7 +14,7 @@ from trm_assets.harness.pools_io import build_or_load_pools, pools_summary
 
 
 @dg.asset(group_name="data", kinds={"python"})
-def pools(context: dg.AssetExecutionContext, trm: TrmResource) -> dg.MaterializeResult:
+def pools(context: dg.AssetExecutionContext, trm: TrmResource) -> dg.MaterializeResult[None]:
     """Split the questions into pools once; later materializations reuse ``pools.json``."""
     cfg = trm.run_config()
     ds = load_dataset(cfg, with_trees=False)

@@ -7,6 +7,7 @@ data version of the matching ``skill_versions`` partition materialization (looke
 the input event pointer Dagster records may point at another partition).
 """
 
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
@@ -41,7 +42,9 @@ def _sim_md(simulated: bool) -> dict[str, Any]:
 # per task type
 
 
-def skill_versions_materialization_md(trm: TrmResource, task_type: str) -> tuple[str, dict]:
+def skill_versions_materialization_md(
+    trm: TrmResource, task_type: str
+) -> tuple[str, dict[str, Any]]:
     """(content hash, metadata) of the current skill file of ``task_type``."""
     f = skill_facts(trm.workspace_dir(), task_type)
     md = {
@@ -54,14 +57,18 @@ def skill_versions_materialization_md(trm: TrmResource, task_type: str) -> tuple
 
 
 @dg.asset(partitions_def=task_types, group_name="skills", deps=[pools])
-def skill_versions(context: dg.AssetExecutionContext, trm: TrmResource) -> dg.MaterializeResult:
+def skill_versions(
+    context: dg.AssetExecutionContext, trm: TrmResource
+) -> dg.MaterializeResult[None]:
     """The current skill file of a task type; its DataVersion is the file's content hash."""
     digest, md = skill_versions_materialization_md(trm, context.partition_key)
     return dg.MaterializeResult(data_version=dg.DataVersion(digest[:16]), metadata=md)
 
 
 @dg.asset(partitions_def=task_types, group_name="skills", deps=[skill_versions])
-def baseline_cache(context: dg.AssetExecutionContext, trm: TrmResource) -> dg.MaterializeResult:
+def baseline_cache(
+    context: dg.AssetExecutionContext, trm: TrmResource
+) -> dg.MaterializeResult[None]:
     """Gate baseline rollouts cached for a task type (GATE §6.3: gate draws only)."""
     store = BaselineCacheStore(trm.workspace_dir() / "baseline_cache", context.partition_key)
     keys = list(store.entries)
@@ -80,7 +87,7 @@ def baseline_cache(context: dg.AssetExecutionContext, trm: TrmResource) -> dg.Ma
 
 
 @dg.asset(partitions_def=epochs, group_name="training", deps=[pools])
-def batches(context: dg.AssetExecutionContext, trm: TrmResource) -> dg.MaterializeResult:
+def batches(context: dg.AssetExecutionContext, trm: TrmResource) -> dg.MaterializeResult[None]:
     """The mini-batches of an epoch (drawn when its first step starts)."""
     epoch = parse_key(context.partition_key, "e")
     state = load_state_dict(trm.workspace_dir())
@@ -101,7 +108,7 @@ def batches(context: dg.AssetExecutionContext, trm: TrmResource) -> dg.Materiali
 
 
 @dg.asset(partitions_def=epoch_steps, group_name="training", deps=[pools])
-def step_results(context: dg.AssetExecutionContext, trm: TrmResource) -> dg.MaterializeResult:
+def step_results(context: dg.AssetExecutionContext, trm: TrmResource) -> dg.MaterializeResult[None]:
     """One step of one epoch: roll out the batch, diagnose, gate each skill edit (SPEC 5.3)."""
     epoch, step = epoch_step_of(context.partition_key)
     with trm.open() as ctx:
@@ -155,7 +162,9 @@ def step_metadata(
     ],
     can_subset=False,
 )
-def epoch_results(context: dg.AssetExecutionContext, trm: TrmResource):
+def epoch_results(
+    context: dg.AssetExecutionContext, trm: TrmResource
+) -> Iterator[dg.MaterializeResult[None]]:
     """Materializing an epoch partition runs what is left of that epoch (steps, then the ten
     slow-update functions) — the same harness units the sensor launches — and publishes results."""
     epoch = parse_key(context.partition_key, "e")
@@ -209,7 +218,9 @@ def _latest_materialization(
     return out
 
 
-def epoch_outputs(trm: TrmResource, instance: dg.DagsterInstance, epoch: int, simulated: bool):
+def epoch_outputs(
+    trm: TrmResource, instance: dg.DagsterInstance, epoch: int, simulated: bool
+) -> Iterator[dg.MaterializeResult[None]]:
     """The two MaterializeResults of an epoch (the asset path)."""
     for key, md in epoch_metadata(trm, instance, epoch, simulated):
         yield dg.MaterializeResult(asset_key=key, metadata=md)
