@@ -32,8 +32,14 @@ from trm_assets.agent.answer import extract_answer_letter
 from trm_assets.agent.messages import AgentPrompts, SkillMode, build_messages
 from trm_assets.agent.tools import ANSWER_TOOL, TOOL_NAMES, VideoTools, tool_specs
 from trm_assets.domain.question import Question
-from trm_assets.llm.openai_compat import ContextLengthExceeded
-from trm_assets.llm.protocol import InfraError, LLMProvider, Message, ToolSpec, Usage
+from trm_assets.llm.protocol import (
+    ContextLengthExceeded,
+    InfraError,
+    LLMProvider,
+    Message,
+    ToolSpec,
+    Usage,
+)
 
 STOP_ANSWER = "answer"
 STOP_FINAL_TEXT = "final_text"

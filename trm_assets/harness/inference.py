@@ -22,7 +22,7 @@ Contract of :func:`run_inference` (seed §7; GATE.md §2):
                                                                              run raises
   ===========================================  ===============  ===========  ============
 
-  A bug (or a :class:`~trm_assets.llm.openai_compat.ProviderRequestError`: bad key, model,
+  A bug (or a :class:`~trm_assets.llm.protocol.ProviderRequestError`: bad key, model,
   URL) cancels the other rollouts, writes the rows of the started ones as aborted and re-raises:
   it is not data. (Rollouts cancelled before they started have no row.)
 * Non-string evidence is stored as JSON text (:func:`~trm_assets.harness.runlog.to_text_field`).
@@ -56,8 +56,7 @@ from trm_assets.harness.runlog import (
     FLAG_VALIDATION,
     RunLog,
 )
-from trm_assets.llm.openai_compat import ProviderRequestError
-from trm_assets.llm.protocol import LLMProvider, Usage
+from trm_assets.llm.protocol import LLMProvider, ProviderRequestError, Usage
 
 FAILURE_TASK = "task"
 FAILURE_INFRA = "infra"

@@ -47,8 +47,16 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from trm_assets.domain.errors import TrmError
-from trm_assets.llm.protocol import ChatResponse, InfraError, Message, ToolCall, ToolSpec, Usage
+from trm_assets.llm.protocol import (
+    ChatResponse,
+    ContextLengthExceeded,
+    InfraError,
+    Message,
+    ProviderRequestError,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,22 +71,6 @@ _CONTEXT_MARKERS = (
     "exceeds the context",
 )
 _BODY_EXCERPT = 300
-
-
-class ProviderRequestError(TrmError, RuntimeError):
-    """The endpoint refused the request (4xx other than 429): a configuration or systemic error.
-
-    Not an :class:`InfraError`: retrying cannot help and the gate must not score it as data.
-    ``status`` is the HTTP status.
-    """
-
-    def __init__(self, message: str, *, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class ContextLengthExceeded(ProviderRequestError):
-    """HTTP 400 because the conversation exceeds the model's context window (a task failure)."""
 
 
 @dataclass(frozen=True)

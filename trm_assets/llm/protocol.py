@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from trm_assets.domain.errors import TrmError
+
 Message = dict[str, Any]
 ToolSpec = dict[str, Any]
 
@@ -37,6 +39,22 @@ class InfraError(RuntimeError):
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.status = status
+
+
+class ProviderRequestError(TrmError, RuntimeError):
+    """The endpoint refused the request (4xx other than 429): a configuration or systemic error.
+
+    Not an :class:`InfraError`: retrying cannot help and the gate must not score it as data.
+    ``status`` is the HTTP status.
+    """
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ContextLengthExceeded(ProviderRequestError):
+    """HTTP 400 because the conversation exceeds the model's context window (a task failure)."""
 
 
 @dataclass(frozen=True)
