@@ -20,7 +20,7 @@ import click
 
 from trm_assets.agent.messages import load_agent_prompts
 from trm_assets.agent.tools import Toolbox
-from trm_assets.agent.tree import load_tree
+from trm_assets.agent.tree import VideoTree, load_tree
 from trm_assets.domain.question import Question
 from trm_assets.harness.inference import run_inference
 from trm_assets.harness.questions import load_questions
@@ -53,6 +53,14 @@ class InferenceBench:
         return self.questions / self.wall_s if self.wall_s > 0 else float("inf")
 
 
+def trees_for(data_dir: Path, questions: list[Question]) -> dict[str, VideoTree]:
+    """The trees of ``questions`` from a sample directory (``trees/<key>.json``)."""
+    return {
+        key: load_tree(data_dir / "trees" / f"{key}.json")
+        for key in sorted({q.tree_key for q in questions})
+    }
+
+
 def _pick_questions(data_dir: Path, n: int) -> list[Question]:
     qs = load_questions(data_dir / "questions.json")
     if n > len(qs):
@@ -72,10 +80,7 @@ def run_bench(
 ) -> InferenceBench:
     """One benchmark run (questions from ``data_dir``, skills and prompts from ``prompts_dir``)."""
     questions = _pick_questions(data_dir, n_questions)
-    trees = {
-        key: load_tree(data_dir / "trees" / f"{key}.json")
-        for key in sorted({q.tree_key for q in questions})
-    }
+    trees = trees_for(data_dir, questions)
     skills = {p.name: p.read_text(encoding="utf-8") for p in (prompts_dir / "skills").glob("*.md")}
     prompts = load_agent_prompts(prompts_dir)
     world = load_world(data_dir / "ground_truth.json")

@@ -45,8 +45,7 @@ import pandas as pd
 
 from trm_assets.agent.messages import load_agent_prompts
 from trm_assets.agent.tools import Toolbox
-from trm_assets.agent.tree import load_tree
-from trm_assets.bench.inference import DEFAULT_PROMPTS
+from trm_assets.bench.inference import DEFAULT_PROMPTS, trees_for
 from trm_assets.domain.question import LETTERS, skill_file_name
 from trm_assets.evolution.types import text_hash
 from trm_assets.harness.inference import run_inference
@@ -129,10 +128,7 @@ def time_evaluation(
     if n_questions > len(questions):
         raise click.UsageError(f"{data_dir} has {len(questions)} questions, {n_questions} asked")
     questions = questions[:n_questions]
-    trees = {
-        key: load_tree(data_dir / "trees" / f"{key}.json")
-        for key in sorted({q.tree_key for q in questions})
-    }
+    trees = trees_for(data_dir, questions)
     t1 = time.perf_counter()
     with RunLog.open(db) as log:
         res = asyncio.run(
