@@ -330,6 +330,12 @@ _WRITERS: dict[Path, RunLog] = {}
 _WRITERS_LOCK = threading.Lock()
 
 
+#: Buffered rollouts: (run_id, question_id, replicate) → (prediction row, trace rows, flag rows).
+Batch = dict[
+    tuple[str, str, int], tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]
+]
+
+
 class RunLog(_Queries):
     """The single writer of one run-log file in this process. Use :meth:`open`.
 
@@ -343,12 +349,13 @@ class RunLog(_Queries):
         self.path = Path(path)
         self._lock = threading.Lock()  # the connection
         self._buf_lock = threading.Lock()  # the rollout buffer
-        self._buffer: dict[
-            tuple[str, str, int], tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]
-        ] = {}
-        # Statements deferred to the next flush's transaction (run rows, observation rows), in
-        # call order, and the runs this writer created, with the keys it has written for each:
-        # rows of those keys are new, so they take the plain-INSERT path of _write_batch.
+        self._buffer: Batch = {}
+        # Statements deferred to the next flush's transaction, in call order: run rows (written
+        # before the rollouts; each returns the run id if it created the run) and the rest
+        # (finish_run, observation rows; written after). Then the runs this writer created, with
+        # the keys it has written for each: rows of other keys are new, so they take the
+        # plain-INSERT path of _write_batch.
+        self._begins: list[Callable[[duckdb.DuckDBPyConnection], str | None]] = []
         self._deferred: list[Callable[[duckdb.DuckDBPyConnection], Any]] = []
         self._fresh: dict[str, set[tuple[str, int]]] = {}
         self._behind: threading.Thread | None = None  # a flush_behind() still writing
@@ -481,33 +488,12 @@ class RunLog(_Queries):
 
         if defer:
             with self._buf_lock:
-                self._deferred.append(write)
+                self._begins.append(write)
             return
         with self.transaction() as con:
             created = write(con)
         if created is not None:
             self._fresh.setdefault(created, set())
-
-    def set_run_versions(
-        self,
-        run_id: str,
-        *,
-        skills_version: str | None,
-        prompts_version: str | None,
-        questions_ref: str | None = None,
-    ) -> None:
-        """Record which (skills, prompts) versions and questions a run evaluated (for promotion)."""
-        if self._deferred:
-            self.flush()  # a deferred begin_run creates the row
-        with self._lock:
-            self._check_open()
-            n = self._con.execute(
-                "UPDATE runs SET skills_version = ?, prompts_version = ?, "
-                "questions_ref = COALESCE(?, questions_ref) WHERE run_id = ? RETURNING run_id",
-                [skills_version, prompts_version, questions_ref, run_id],
-            ).fetchall()
-        if not n:
-            raise RunLogError(f"{self.path}: run {run_id!r} has no runs row; call begin_run first")
 
     def finish_run(
         self, run_id: str, *, status: str = "done", wall_s: float | None = None, defer: bool = False
@@ -543,8 +529,7 @@ class RunLog(_Queries):
                 [status, wall_s, run_id, run_id],
             )
 
-        with self._buf_lock:
-            self._deferred.append(write)
+        self.defer(write)
         if not defer:
             self.flush()
 
@@ -556,7 +541,7 @@ class RunLog(_Queries):
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         """Run a SELECT after writing what is buffered (the writer reads its own writes)."""
-        if self.pending or self._deferred or self._behind is not None:
+        if self.pending or self._begins or self._deferred or self._behind is not None:
             self.flush()
         return super().query(sql, params)
 
@@ -647,28 +632,26 @@ class RunLog(_Queries):
     def _flush_now(self) -> int:
         with self._buf_lock:
             batch, self._buffer = self._buffer, {}
+            begins, self._begins = self._begins, []
             deferred, self._deferred = self._deferred, []
-        if not batch and not deferred:
+        if not batch and not begins and not deferred:
             return 0
         created: list[str] = []
         try:
             with self.transaction() as con:
-                # Deferred run rows first: a run created here makes its rollouts new keys.
-                for w in deferred:
-                    if _is_begin(w) and isinstance(got := w(con), str):
-                        created.append(got)
+                # Run rows first: a run created here makes its rollouts new keys.
+                created = [r for w in begins if (r := w(con)) is not None]
                 if batch:
-                    fresh = {r: self._fresh.get(r, set()) for r in (*self._fresh, *created)}
-                    _write_batch(con, batch, fresh)
+                    _write_batch(con, batch, {**{r: set() for r in created}, **self._fresh})
                 for w in deferred:
-                    if not _is_begin(w):
-                        w(con)
+                    w(con)
         except duckdb.ConstraintException:
             raise  # a bug in the rows: retrying the same rows cannot succeed
         except BaseException:
             with self._buf_lock:  # keep everything for the next flush (unless newer rows arrived)
                 for k, v in batch.items():
                     self._buffer.setdefault(k, v)
+                self._begins[:0] = begins
                 self._deferred[:0] = deferred
             raise
         for r in created:
@@ -680,18 +663,9 @@ class RunLog(_Queries):
         return len(batch)
 
 
-def _is_begin(write: Callable[..., Any]) -> bool:
-    return getattr(write, "__qualname__", "").startswith("RunLog.begin_run.")
-
-
 _OPEN_TOKEN = object()
 
 _KEY = "run_id, question_id, replicate"
-
-
-Batch = dict[
-    tuple[str, str, int], tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]
-]
 
 
 def _write_batch(

@@ -155,18 +155,19 @@ def test_runs_row_versions_and_counters(log: RunLog) -> None:
     assert run["skills_version"] == "v3" and run["prompts_version"] is None
     # A second begin (next gate block, resume) keeps versions not given again.
     log.begin_run("run_a", prompts_version="p2")
-    log.set_run_versions(
-        "run_a", skills_version="v4", prompts_version="p2", questions_ref="data/q.json"
-    )
     run = log.run("run_a")
     assert run is not None
-    assert (run["skills_version"], run["prompts_version"], run["questions_ref"]) == (
+    assert (run["skills_version"], run["prompts_version"]) == ("v3", "p2")
+    # Values given again replace the stored ones; a deferred begin lands with the next flush.
+    log.begin_run("run_a", skills_version="v4", questions_ref="data/q.json", defer=True)
+    run = log.run("run_a")
+    assert run is not None
+    assert (run["status"], run["skills_version"], run["prompts_version"], run["questions_ref"]) == (
+        "running",
         "v4",
         "p2",
         "data/q.json",
     )
-    with pytest.raises(RunLogError, match="begin_run first"):
-        log.set_run_versions("nope", skills_version="v1", prompts_version="p1")
 
 
 def test_run_ids_by_glob(log: RunLog) -> None:
