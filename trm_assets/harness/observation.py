@@ -135,7 +135,7 @@ def write_rows(log: RunLog, table: str, rows: Sequence[Mapping[str, Any]]) -> in
         if list(r) != cols:
             raise ValueError(f"{table}: every row needs the same columns {cols}")
     ensure_tables(log)
-    types = _column_types(log, table)
+    types, key = _schema(log, table)
     unknown = [c for c in cols if c not in types]
     if unknown:
         raise ValueError(f"{table}: unknown columns {unknown}; expected some of {list(types)}")
@@ -143,7 +143,7 @@ def write_rows(log: RunLog, table: str, rows: Sequence[Mapping[str, Any]]) -> in
     # in one call keeps its last row, as sequential INSERT OR REPLACE statements would.
     by_key: dict[tuple[Any, ...], list[Any]] = {}
     for r in rows:
-        by_key[tuple(r.get(k) for k in _PRIMARY_KEYS[table])] = [_cell(r[c]) for c in cols]
+        by_key[tuple(r.get(k) for k in key)] = [_cell(r[c]) for c in cols]
     frame = pd.DataFrame(list(by_key.values()), columns=cols, dtype=object)
     select = ", ".join(f"CAST({c} AS {types[c]}) AS {c}" for c in cols)
 
@@ -161,29 +161,29 @@ def write_rows(log: RunLog, table: str, rows: Sequence[Mapping[str, Any]]) -> in
     return len(rows)
 
 
-_PRIMARY_KEYS: Final[dict[str, tuple[str, ...]]] = {
-    "gate_evidence": ("gate_run_id", "row_kind", "block", "position"),
-    "quadrant_pair": ("gate_run_id", "question_id", "replicate"),
-    "dual_metric_eval": ("epoch", "run_id"),
-    "shadow_gate": ("epoch", "run_id"),
-    "holdout_eval": ("epoch", "label"),
-    "step_report": ("epoch", "step", "skill_file"),
-    "epoch_report": ("epoch",),
-}
-_TYPES: dict[str, dict[str, str]] = {}
+_SCHEMAS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
 
 
-def _column_types(log: RunLog, table: str) -> dict[str, str]:
-    """Column name → SQL type of an observation table, read from the catalog once per process."""
-    if table not in _TYPES:
+def _schema(log: RunLog, table: str) -> tuple[dict[str, str], tuple[str, ...]]:
+    """(column name → SQL type, primary-key columns) of an observation table, read from the
+    catalog (the DDL above is the one truth) once per process."""
+    if table not in _SCHEMAS:
+        where = "WHERE table_name = ? AND database_name = current_database()"
         with log.transaction() as con:
-            got = con.execute(
-                "SELECT column_name, data_type FROM duckdb_columns() "
-                "WHERE table_name = ? AND database_name = current_database() ORDER BY column_index",
+            cols = con.execute(
+                f"SELECT column_name, data_type FROM duckdb_columns() {where} "
+                "ORDER BY column_index",
                 [table],
             ).fetchall()
-        _TYPES[table] = {str(n): str(t) for n, t in got}
-    return _TYPES[table]
+            key = con.execute(
+                "SELECT constraint_column_names FROM duckdb_constraints() "
+                f"{where} AND constraint_type = 'PRIMARY KEY'",
+                [table],
+            ).fetchone()
+        if key is None:  # every table of OBS_DDL has one: deduplication below relies on it
+            raise RuntimeError(f"{log.path}: observation table {table} has no primary key")
+        _SCHEMAS[table] = ({str(n): str(t) for n, t in cols}, tuple(str(c) for c in key[0]))
+    return _SCHEMAS[table]
 
 
 def read_rows(
