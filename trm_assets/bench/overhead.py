@@ -123,13 +123,11 @@ def new_workspace(path: Path, cfg: RunConfig) -> Path:
 class BarrierLog:
     """Model calls per barrier (one ``run_inference`` call = one barrier)."""
 
-    batches: list[tuple[int, int]] = field(default_factory=list)  # (Σ calls, max calls/rollout)
     rollouts: list[tuple[int, ...]] = field(default_factory=list)  # calls per rollout, in order
 
     def add(self, res: InferenceResult) -> None:
         calls = [p.n_llm_calls for p in res.predictions]
         if calls:
-            self.batches.append((sum(calls), max(calls)))
             self.rollouts.append(tuple(calls))
 
 
@@ -169,7 +167,7 @@ def _other_latencies(others: dict[str, int], steps: int, concurrency: int) -> in
 def ideal_seconds(
     log: BarrierLog, others: dict[str, int], steps: int, latency_s: float, concurrency: int
 ) -> float:
-    agent = sum(max(total / concurrency, longest) for total, longest in log.batches)
+    agent = sum(max(sum(calls) / concurrency, max(calls)) for calls in log.rollouts)
     return (agent + _other_latencies(others, steps, concurrency)) * latency_s
 
 
@@ -260,7 +258,7 @@ def epoch_cell(
         state = load_state(ctx.paths.state, cfg)
     assert state is not None
     others = _other_calls(state.budget, "e0")
-    calls = sum(t for t, _ in log.batches) + sum(others.values())
+    calls = sum(map(sum, log.rollouts)) + sum(others.values())
     rollouts = sum(r["rollouts"] for r in state.budget.get("e0", {}).values())
     shutil.rmtree(ws.parent, ignore_errors=True)
     lat, steps = latency_ms / 1000.0, cfg.steps_per_epoch
@@ -270,7 +268,7 @@ def epoch_cell(
         wall,
         ideal_seconds(log, others, steps, lat, concurrency),
         calls,
-        len(log.batches),
+        len(log.rollouts),
         rollouts,
         schedule_seconds(log, others, steps, lat, concurrency),
     )
