@@ -389,8 +389,8 @@ def revert_files(
 # SkillStore / PromptStore (trm_assets.evolution.protocols) over resolved paths
 
 
-class VersionedSkillStore:
-    """Skill files of one immutable version directory (``*.md``)."""
+class _VersionDirectory:
+    """One immutable version directory of a store."""
 
     def __init__(self, directory: Path, version: str) -> None:
         self.directory = directory
@@ -399,40 +399,38 @@ class VersionedSkillStore:
     @property
     def version(self) -> str:
         return self._version
+
+    def list_files(self) -> list[str]:
+        raise NotImplementedError
+
+    def _read(self, path: Path, kind: str) -> str:
+        try:
+            return read_text_exact(path)
+        except FileNotFoundError:
+            raise WorkspaceError(
+                f"{path}: not in {kind} version {self.version} (files: "
+                f"{', '.join(self.list_files()) or 'none'})"
+            ) from None
+
+
+class VersionedSkillStore(_VersionDirectory):
+    """Skill files of one immutable version directory (``*.md``)."""
 
     def list_files(self) -> list[str]:
         return sorted(p.name for p in self.directory.glob("*.md") if p.is_file())
 
     def read(self, name: str) -> str:
-        return _read(resolve_skill_file(self.directory, name), "skills", self)
+        return self._read(resolve_skill_file(self.directory, name), "skills")
 
 
-class VersionedPromptStore:
+class VersionedPromptStore(_VersionDirectory):
     """Prompt files of one immutable version directory (relative paths, subdirectories allowed)."""
-
-    def __init__(self, directory: Path, version: str) -> None:
-        self.directory = directory
-        self._version = version
-
-    @property
-    def version(self) -> str:
-        return self._version
 
     def list_files(self) -> list[str]:
         return sorted(read_tree(self.directory))
 
     def read(self, name: str) -> str:
-        return _read(self.directory / check_relative_name(name), "prompts", self)
-
-
-def _read(path: Path, kind: str, store: VersionedSkillStore | VersionedPromptStore) -> str:
-    try:
-        return read_text_exact(path)
-    except FileNotFoundError:
-        raise WorkspaceError(
-            f"{path}: not in {kind} version {store.version} (files: "
-            f"{', '.join(store.list_files()) or 'none'})"
-        ) from None
+        return self._read(self.directory / check_relative_name(name), "prompts")
 
 
 def skill_store(paths: ResolvedPaths) -> VersionedSkillStore:
