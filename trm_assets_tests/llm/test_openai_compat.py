@@ -16,7 +16,7 @@ from trm_assets.llm.openai_compat import (
     ProviderRequestError,
 )
 from trm_assets.llm.protocol import InfraError, LLMProvider, Usage
-from trm_assets_tests.harness.test_openai_compat_server import Reply, completion, fake_openai
+from trm_assets_tests.llm.test_openai_compat_server import Reply, completion, fake_openai
 
 SECRET = "sk-test-DO-NOT-LEAK-7f3a9c"
 
