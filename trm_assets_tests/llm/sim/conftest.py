@@ -10,7 +10,7 @@ from trm_assets.llm.sim.generator import build_sample
 from trm_assets.llm.sim.oracle import load_skills
 from trm_assets.llm.sim.world import SimWorld, load_world, parse_ground_truth
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SMOKE = REPO / "data" / "smoke"
 DEFAULT = REPO / "data" / "default"
 PROMPTS = REPO / "prompts"

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from trm_assets.cli.sim import oracle
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, skill_file_name
 from trm_assets.evolution.templates import placeholders
 from trm_assets.llm.sim.catalogue import CATALOGUE, NEUTRAL_ADVICE, TASK_TYPES
-from trm_assets.llm.sim.cli import oracle
 from trm_assets.llm.sim.draws import normalize_text
 from trm_assets.llm.sim.roles import TEMPLATE_FILES, TEMPLATE_HEADINGS
 from trm_assets.llm.sim.world import GroundTruthError, SimWorld, load_world
@@ -146,7 +146,7 @@ def test_expected_accuracy_honours_skill_mode() -> None:
     from trm_assets.llm.sim.world import load_world
     from trm_assets.llm.sim_config import SimConfig
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     world = load_world(root / "data" / "smoke")
     skills = load_skills(root / "prompts" / "skills")
     qids = sorted(world.questions)[:30]

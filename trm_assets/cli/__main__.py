@@ -1,0 +1,3 @@
+from trm_assets.cli.main import main
+
+main()
