@@ -112,6 +112,9 @@ def structural_errors(tree: VideoTree) -> list[str]:
             f"nodes: expected exactly one root ({tree.root_id!r}) with parent null, got {roots}"
         )
     level_rank = {lv: i for i, lv in enumerate(tree.levels)}
+    # Linear time (issue 18.9): "does the parent list this node" is a set lookup, not a scan of
+    # the parent's children tuple (quadratic for a node with many children).
+    listed: set[tuple[str, str]] = {(pid, cid) for pid, p in nodes.items() for cid in p.children}
     for nid, n in nodes.items():
         if n.end + _TIME_EPS < n.start:
             errs.append(f"node {nid!r}: end ({n.end}) is before start ({n.start})")
@@ -122,7 +125,7 @@ def structural_errors(tree: VideoTree) -> list[str]:
         if n.parent is not None:
             if n.parent not in nodes:
                 errs.append(f"node {nid!r}: parent {n.parent!r} does not exist")
-            elif nid not in nodes[n.parent].children:
+            elif (n.parent, nid) not in listed:
                 errs.append(f"node {nid!r}: parent {n.parent!r} does not list it in 'children'")
         prev_start = -1.0
         for cid in n.children:
