@@ -125,6 +125,15 @@ class _Trace:
         self.steps.append(TraceStep(seq=len(self.steps), **kw))
 
 
+def tool_message(call_id: str, name: str, content: str) -> Message:
+    """The tool-result turn, in the shape strict servers accept: every field a string.
+
+    ``name`` is required by llama-cpp-python's request model (``ChatCompletionRequestToolMessage``)
+    and accepted by OpenAI; ``tool_call_id`` pairs the result with the assistant's call.
+    """
+    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+
+
 def _clip(text: str | None) -> str | None:
     if text is None or len(text) <= TRACE_TEXT_LIMIT:
         return text
@@ -255,5 +264,5 @@ class AgentLoop:
                 )
                 if call.name == ANSWER_TOOL and result.letter is not None:
                     return outcome(result.letter, STOP_ANSWER, final_text=resp.content)
-                msgs.append({"role": "tool", "tool_call_id": call.id, "content": result.content})
+                msgs.append(tool_message(call.id, call.name, result.content))
         return outcome("", STOP_MAX_STEPS)

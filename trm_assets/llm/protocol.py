@@ -3,9 +3,14 @@
 Contract (in the spirit of GEPA's adapter protocol):
 
 * ``chat(messages, tools=..., ...)`` sends one OpenAI-style chat completion request and returns one
-  :class:`ChatResponse`. ``messages`` are plain dicts in the OpenAI chat format
-  (``{"role": "system"|"user"|"assistant"|"tool", "content": str, ...}``; assistant turns may carry
-  ``tool_calls``, tool turns carry ``tool_call_id``). ``tools`` are OpenAI function-tool specs.
+  :class:`ChatResponse`. ``messages`` are plain dicts in the OpenAI chat format, in the shapes a
+  strict server accepts (``trm_assets_tests/llm/strict_server.py`` checks them over HTTP):
+  ``{"role": "system"|"user", "content": str}`` (a user turn may carry a list of content parts);
+  ``{"role": "assistant", "content": str, "tool_calls": [...]}`` with ``content`` a string, never
+  ``null`` (``""`` for a turn that only calls tools, :meth:`ChatResponse.as_message`), each call
+  ``{"id": str, "type": "function", "function": {"name": str, "arguments": str}}``;
+  ``{"role": "tool", "tool_call_id": str, "name": str, "content": str}``. No value is ``None``.
+  ``tools`` are OpenAI function-tool specs.
 * The provider is stateless across calls except for usage accounting and connection pools.
 * ``model`` names the model that answers; ``usage`` accumulates tokens over the provider's life.
 
@@ -94,8 +99,12 @@ class ChatResponse:
     latency_s: float = 0.0
 
     def as_message(self) -> Message:
-        """The assistant message to append to the conversation (OpenAI format)."""
-        msg: Message = {"role": "assistant", "content": self.content}
+        """The assistant message to append to the conversation (OpenAI format).
+
+        ``content`` is always a string (``""`` for a turn that only calls tools): strict servers
+        (llama-cpp-python's request models) reject ``null`` with "Input should be a valid string".
+        """
+        msg: Message = {"role": "assistant", "content": self.content or ""}
         if self.tool_calls:
             msg["tool_calls"] = [
                 {

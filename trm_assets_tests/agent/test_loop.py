@@ -140,3 +140,35 @@ def test_rollout_seed_is_deterministic_and_distinct() -> None:
         == 12
     )
     assert s == 1819774343  # stable across processes and Python versions (sha256)
+
+
+def test_every_turn_sent_is_in_the_strict_shape() -> None:
+    # Issue 17.2: strict servers refuse "content": null on the assistant's tool-call turn, and
+    # llama-cpp-python's tool message model requires "name". Every value sent is a string.
+    llm = ScriptedLLM(explorer(lambda m: "A"))
+    run(llm)
+    sent = llm.calls[-1][0]
+    assert sent[2] == {
+        "role": "assistant",
+        "content": "Overview first.",
+        "tool_calls": [
+            {
+                "id": "c0",
+                "type": "function",
+                "function": {"name": "get_overview", "arguments": "{}"},
+            }
+        ],
+    }
+    assert sent[4]["content"] == ""  # a turn that only calls tools (ChatResponse.content None)
+    assert [(m["tool_call_id"], m["name"]) for m in sent if m["role"] == "tool"] == [
+        ("c0", "get_overview"),
+        ("c0", "search_captions"),
+    ]
+    for m in sent:
+        assert all(isinstance(v, str) for k, v in m.items() if k != "tool_calls"), m
+
+
+def test_as_message_never_sends_null_content() -> None:
+    resp = tool_response(("answer", {"letter": "B"}))
+    assert resp.content is None and resp.as_message()["content"] == ""
+    assert ChatResponse(content="x").as_message() == {"role": "assistant", "content": "x"}
