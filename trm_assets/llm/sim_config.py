@@ -13,11 +13,48 @@ instruction text the agent reads expresses the question's hidden cue and ``[harm
 contains a harmful directive of the question's task type. Defaults were chosen (docs/
 decision-simulator-model.md) so the committed default sample goes from ≈45% (seed skills) to ≈80%
 (optimal skills) expected accuracy.
+
+**Decoding (issue 15, docs/decision-sim-decoding-profiles.md).** The agent honours the request's
+``temperature``: at 0 its answer is a deterministic function of (question, instruction text), above
+0 a fresh draw per sample index. ``text_flip_rate`` gives every instruction text its own mean-zero
+per-question perturbation (two neutral rewordings flip that share of answers at temperature 0),
+``length_cost`` removes log-odds per 100 words read beyond the seed prompt set (context dilution).
+
+**Profiles.** ``profile`` names a set of defaults (:data:`PROFILES`): ``default`` is the world of
+issue 4 unchanged, ``realistic`` a temperature-0 agent whose answers move under rewording and long
+instructions, with weaker cues and harms. A key given explicitly (YAML ``sim:``, ``--set sim.KEY``,
+``TRM_SIM__KEY``) overrides the profile's value for that key only; ``proposal_mix`` merges per
+category. The values were fixed by issue 15 before any result; benchmarks may sweep, never retune.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SimProfile = Literal["default", "realistic"]
+
+#: Per profile, the value of every field it sets (issue 15; do not tune after seeing results).
+PROFILES: Final[Mapping[str, Mapping[str, Any]]] = {
+    "default": {
+        "agent_temperature": 1.0,
+        "text_flip_rate": 0.0,
+        "length_cost": 0.0,
+        "cue_strength": 2.3,
+        "harm_strength": 2.0,
+        "proposal_mix": {"cue": 0.20, "neutral": 0.50, "harmful": 0.20, "malformed": 0.10},
+    },
+    "realistic": {
+        "agent_temperature": 0.0,
+        "text_flip_rate": 0.15,
+        "length_cost": 0.05,
+        "cue_strength": 1.5,
+        "harm_strength": 1.5,
+        "proposal_mix": {"cue": 0.15, "neutral": 0.55, "harmful": 0.20, "malformed": 0.10},
+    },
+}
 
 
 class ProposalMix(BaseModel):
@@ -46,6 +83,9 @@ class SimConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    profile: SimProfile = Field(
+        "default", description="named defaults (PROFILES); explicit keys override its values"
+    )
     seed: int = Field(0, description="mixed into every hash draw of the simulator")
     latency_ms_mean: float = Field(0.0, ge=0)
     latency_ms_jitter: float = Field(0.0, ge=0, description="uniform ± jitter around the mean")
@@ -72,6 +112,45 @@ class SimConfig(BaseModel):
         0.10, ge=0, le=1, description="a diagnosis targets a tool description instead of the skill"
     )
     proposal_mix: ProposalMix = Field(default_factory=ProposalMix)
+    agent_temperature: float = Field(
+        1.0,
+        ge=0,
+        le=2,
+        description="the agent's decoding temperature when a request names none (0 = greedy: "
+        "the answer depends on question and text only); the default of RunConfig's agent "
+        "temperature with the simulator",
+    )
+    text_flip_rate: float = Field(
+        0.0,
+        ge=0,
+        lt=0.5,
+        description="share of a question pool's answers that two neutral rewordings of its "
+        "instructions flip at temperature 0 (mean-zero per (question, text) perturbation)",
+    )
+    length_cost: float = Field(
+        0.0,
+        ge=0,
+        description="log-odds lost per 100 words of instruction text beyond the seed prompt "
+        "set's length for the question's task type (context dilution)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_defaults(cls, data: Any) -> Any:
+        """Fill every key the input leaves unset with the named profile's value."""
+        if not isinstance(data, Mapping):
+            return data
+        name = data.get("profile", "default")
+        values = PROFILES.get(name) if isinstance(name, str) else None
+        if values is None:  # the field's own validation names the allowed profiles
+            return data
+        out = dict(data)
+        for key, value in values.items():
+            if key not in out:
+                out[key] = dict(value) if isinstance(value, Mapping) else value
+            elif key == "proposal_mix" and isinstance(out[key], Mapping):
+                out[key] = {**value, **out[key]}  # ``sim.proposal_mix.cue=…`` keeps the rest
+        return out
 
     @model_validator(mode="after")
     def _faults_leave_room(self) -> SimConfig:

@@ -1,16 +1,23 @@
 """The simulated agent: explores the video tree with real tool calls, then answers.
 
-Per question the answer is fixed by one hash draw (docs/decision-simulator-randomness.md)::
+Per question the answer is fixed by one hash draw (docs/decision-simulator-randomness.md,
+docs/decision-sim-decoding-profiles.md)::
 
-    u = H(sim seed, question id, normalized instruction text, sample index)
-    correct  ⇔  u < P = g + (1 − g)·σ(a − s·d + b·[cue expressed] − c·[harm present])
+    temperature > 0:  u = H(sim seed, question id, normalized instruction text, sample index)
+    temperature = 0:  u = H(sim seed, question id)
+    correct  ⇔  u < P_eff(question, instruction text)          (oracle.question_probability)
 
 * *instruction text* = every system message (agent prompt + skill blocks) plus the tool
-  descriptions of the request: what a real model reads as instructions. The same content
-  reproduces the draw; any change in it redraws.
-* *sample index* = the request's ``seed`` (``None`` → 0). The AgentLoop passes
+  descriptions of the request: what a real model reads as instructions.
+* *temperature* = the request's ``temperature``; a request naming none is decoded at the profile's
+  ``sim.agent_temperature`` (``default`` 1.0, ``realistic`` 0).
+* Above 0, as in issue 4: the same content and sample index reproduce the draw, any change of
+  either redraws. *sample index* = the request's ``seed`` (``None`` → 0); the AgentLoop passes
   ``rollout_seed(run_id, question_id, replicate)``, so replicates and runs differ reproducibly.
-* A wrong draw picks one of the three wrong letters from the same hash.
+* At 0 the reply is a function of the conversation alone, like a real server's greedy decoding:
+  the sample index is ignored, and texts differ only through ``P_eff`` (their cue, harm, length
+  and, with ``text_flip_rate``, their own perturbation).
+* A wrong draw picks one of the three wrong letters from the same hash keys.
 
 The exploration plan (overview → keyword search → the evidence's segment/OCR/subtitles → answer)
 is driven by the conversation so far: one tool call per turn, the step being the number of earlier
@@ -27,8 +34,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from trm_assets.domain.question import LETTERS
+from trm_assets.llm.sim.decoding import is_greedy
 from trm_assets.llm.sim.draws import below, digest, normalize_text, unit
-from trm_assets.llm.sim.oracle import probability_correct
+from trm_assets.llm.sim.oracle import question_probability
 from trm_assets.llm.sim.roles import SimReply, content_text, question_id_of_agent_prompt
 from trm_assets.llm.sim.world import QuestionTruth, SimWorld
 from trm_assets.llm.sim_config import SimConfig
@@ -117,22 +125,31 @@ def agent_draw(
     question_id: str,
     texts: Sequence[str],
     sample: int,
+    *,
+    temperature: float | None = None,
 ) -> tuple[str, bool, float]:
-    """(letter, correct, P(correct)) of one rollout of ``question_id`` given ``texts``."""
+    """(letter, correct, P_eff) of one rollout of ``question_id`` given ``texts``.
+
+    ``temperature`` None → ``config.agent_temperature``; at 0 ``sample`` is ignored.
+    """
     q = world.question(question_id)
     norms = [normalize_text(t) for t in texts]
     relevant = digest(*norms)
-    u = unit(config.seed, "agent", question_id, relevant, sample)
+    # The hash keys of a draw: issue 4's (text, sample) above 0; the text alone at 0.
+    keys: tuple[object, ...] = (relevant, sample)
+    if is_greedy(config, temperature):
+        keys = ("greedy", relevant)
+        u = unit(config.seed, "agent-greedy", question_id)
+    else:
+        u = unit(config.seed, "agent", question_id, relevant, sample)
     if q is None:  # a question the world does not know: a pure guess
-        letter = LETTERS[below(4, config.seed, "guess", question_id, relevant, sample)]
+        letter = LETTERS[below(4, config.seed, "guess", question_id, *keys)]
         return letter, False, config.guess
-    cue = q.cue in world.cues_in_normalized(q.task_type, norms)
-    harm = world.harm_in_normalized(q.task_type, norms)
-    p = probability_correct(q.difficulty, cue=cue, harm=harm, config=config)
+    p = question_probability(world, question_id, texts, config)
     if u < p:
         return q.answer, True, p
     wrong = [x for x in LETTERS if x != q.answer]
-    return wrong[below(3, config.seed, "wrong", question_id, relevant, sample)], False, p
+    return wrong[below(3, config.seed, "wrong", question_id, *keys)], False, p
 
 
 def _keywords(question_text: str) -> str:
@@ -181,19 +198,22 @@ def agent_reply(
     messages: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]] | None,
     sample: int,
+    temperature: float | None = None,
 ) -> SimReply:
-    """The next assistant turn of the simulated agent."""
+    """The next assistant turn of the simulated agent (``temperature``: see :func:`agent_draw`)."""
     qid = question_id_of_agent_prompt(messages)
     texts = instruction_texts(messages, tools)
     user = next((content_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
     conv_key = digest(*(json.dumps(m, sort_keys=True, default=str) for m in messages))
-    if unit(config.seed, "malformed", conv_key, sample) < config.fault_malformed_rate:
+    # A greedy decoder that garbles a conversation garbles it every time.
+    fault_keys = ("greedy",) if is_greedy(config, temperature) else (sample,)
+    if unit(config.seed, "malformed", conv_key, *fault_keys) < config.fault_malformed_rate:
         text = _MALFORMED_AGENT_TEXTS[
             below(len(_MALFORMED_AGENT_TEXTS), config.seed, "mal-text", conv_key)
         ]
         return SimReply(text, label="agent:malformed")
 
-    letter, correct, _ = agent_draw(world, config, qid, texts, sample)
+    letter, correct, _ = agent_draw(world, config, qid, texts, sample, temperature=temperature)
     verdict = "correct" if correct else "wrong"
     turns = _tool_call_turns(messages)
     available = tool_names(tools)

@@ -3,11 +3,15 @@
 For question q with hidden cue k_q and difficulty d_q, given the instruction texts the agent reads
 (its task-type skill, ``default-strategy.md``, the system prompt and the tool descriptions)::
 
-    p_q = g + (1 − g) · σ(a − s·d_q + b·[texts express k_q] − c·[texts hold a harmful directive])
+    p_q = g + (1 − g) · σ(a − s·d_q + b·[texts express k_q] − c·[texts hold a harmful directive]
+                          − λ·(words beyond the seed prompt set) / 100)
 
-The simulated agent draws its answers from exactly this p_q (:mod:`.agent`), so the mean of p_q
-over a pool is the expectation of the observed accuracy. The **best** achievable accuracy sets
-every cue indicator to 1 and every harm indicator to 0.
+perturbed by the texts' own idiosyncrasy when ``text_flip_rate > 0`` (:mod:`.decoding`). The
+simulated agent draws its answers from exactly this probability (:mod:`.agent`: the same
+:func:`question_probability`), so the mean over a pool is the expectation of the observed accuracy
+at any temperature: above 0 over the sample index, at 0 over the questions' fixed draws. The
+**best** achievable accuracy sets every cue indicator to 1 and every harm indicator to 0, at no
+more than the seed prompts' length, in expectation over rewordings.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, skill_file_name
+from trm_assets.llm.sim.decoding import extra_words, instruction_parts, text_probability
 from trm_assets.llm.sim.draws import sigmoid
 from trm_assets.llm.sim.world import SimWorld
 from trm_assets.llm.sim_config import SimConfig
@@ -28,14 +33,19 @@ OPTIMAL_SECTION = "## Strategy"
 SkillMode = Literal["task", "all", "none"]
 
 
-def probability_correct(difficulty: float, *, cue: bool, harm: bool, config: SimConfig) -> float:
-    """P(correct) of one question given whether its cue is expressed and harm present."""
+def probability_correct(
+    difficulty: float, *, cue: bool, harm: bool, config: SimConfig, extra: int = 0
+) -> float:
+    """P(correct) of one question given whether its cue is expressed and harm present, and how
+    many words beyond the seed prompt set it reads (``extra``, costing ``length_cost`` each 100)."""
     logit = (
         config.ability
         - config.difficulty_scale * difficulty
         + (config.cue_strength if cue else 0.0)
         - (config.harm_strength if harm else 0.0)
     )
+    if extra > 0 and config.length_cost > 0:
+        logit -= config.length_cost * extra / 100.0
     return config.guess + (1.0 - config.guess) * sigmoid(logit)
 
 
@@ -69,12 +79,19 @@ def question_probability(
     texts: Iterable[str],
     config: SimConfig,
 ) -> float:
-    """Expected accuracy of one question given the instruction texts the agent reads."""
+    """Expected accuracy of one question given the instruction texts the agent reads: the
+    separate pieces (skills, system prompt, tool descriptions) or the rendered request (system
+    message with skill blocks, tool descriptions) give the same value."""
     q = world.questions[question_id]
     texts = list(texts)
     cue = world.expresses_cue(q.task_type, q.cue, texts)
     harm = world.harm_present(q.task_type, texts)
-    return probability_correct(q.difficulty, cue=cue, harm=harm, config=config)
+    if config.length_cost <= 0 and config.text_flip_rate <= 0:  # issue 4's world
+        return probability_correct(q.difficulty, cue=cue, harm=harm, config=config)
+    parts = instruction_parts(texts)
+    extra = extra_words(q.task_type, parts) if config.length_cost > 0 else 0
+    p = probability_correct(q.difficulty, cue=cue, harm=harm, config=config, extra=extra)
+    return text_probability(config, question_id, parts, p)
 
 
 def expected_accuracy(
@@ -130,7 +147,8 @@ def expected_by_question(
 def best_expected_accuracy(
     world: SimWorld, question_ids: Iterable[str], config: SimConfig
 ) -> float:
-    """The best achievable expected accuracy: every cue expressed, no harmful directive."""
+    """The best achievable expected accuracy: every cue expressed, no harmful directive, no word
+    beyond the seed prompt set; with ``text_flip_rate`` the expectation over rewordings."""
     qids = sorted(set(question_ids))
     if not qids:
         return float("nan")

@@ -1,7 +1,11 @@
 """``SimulatedProvider``: the simulated world behind the project's ``LLMProvider`` protocol.
 
-Deterministic given (sim seed, messages, tools, ``seed``): the role is read from the conversation
-(:mod:`.roles`), the reply computed by :mod:`.agent` or :mod:`.evolver`. Faults follow GATE.md §2:
+Deterministic given (sim seed, messages, tools, ``seed``, ``temperature``): the role is read from
+the conversation (:mod:`.roles`), the reply computed by :mod:`.agent` or :mod:`.evolver`. Only the
+agent honours ``temperature`` (at 0 its reply ignores ``seed``; a request naming none is decoded
+at ``sim.agent_temperature``); the evolve/diagnose/momentum roles keep drawing per ``seed``. The
+temperature is not part of the request digest, so latency and fault draws do not depend on it.
+Faults follow GATE.md §2:
 
 * **infra** — a timeout (``InfraError("timeout")``) or an HTTP 5xx (``InfraError("http_status",
   status=503|500)``), drawn per request *attempt* (an identical retry draws again, so a retry can
@@ -39,7 +43,7 @@ FAULT_STATUSES: tuple[int, ...] = (503, 500)
 def request_digest(
     messages: Sequence[Message], tools: Sequence[ToolSpec] | None, seed: int | None
 ) -> str:
-    """A stable digest of one chat request (messages, tools, seed)."""
+    """A stable digest of one chat request (messages, tools, seed; not the temperature)."""
     return digest(
         json.dumps(list(messages), sort_keys=True, default=str),
         json.dumps(list(tools or ()), sort_keys=True, default=str),
@@ -97,12 +101,13 @@ def simulate(
     messages: Sequence[Message],
     tools: Sequence[ToolSpec] | None = None,
     seed: int | None = None,
+    temperature: float | None = None,
 ) -> SimReply:
     """The simulated model's reply to one request (no faults, no latency): a pure function."""
     sample = int(seed) if seed is not None else 0
     role, text = detect_role(messages)
     if role == "agent":
-        return agent_reply(world, config, messages, tools, sample)
+        return agent_reply(world, config, messages, tools, sample, temperature)
     if role == "diagnose":
         return diagnose_reply(world, config, text, sample)
     if role in ("evolve_skill", "evolve_system", "evolve_tool"):
@@ -177,18 +182,21 @@ class SimulatedProvider:
         messages: Sequence[Message],
         tools: Sequence[ToolSpec] | None = None,
         seed: int | None = None,
+        temperature: float | None = None,
     ) -> ChatResponse:
         """The reply without faults or latency (used by the HTTP server)."""
-        return self._respond(messages, tools, seed, request_digest(messages, tools, seed))
+        request = request_digest(messages, tools, seed)
+        return self._respond(messages, tools, seed, temperature, request)
 
     def _respond(
         self,
         messages: Sequence[Message],
         tools: Sequence[ToolSpec] | None,
         seed: int | None,
+        temperature: float | None,
         request: str,
     ) -> ChatResponse:
-        reply = simulate(self.world, self.config, messages, tools, seed)
+        reply = simulate(self.world, self.config, messages, tools, seed, temperature)
         resp = to_chat_response(reply, messages, tools, self._model, request)
         with self._lock:
             self._usage = self._usage + resp.usage
@@ -199,11 +207,12 @@ class SimulatedProvider:
         messages: list[Message],
         *,
         tools: list[ToolSpec] | None = None,
-        temperature: float = 0.0,
+        temperature: float | None = None,
         max_tokens: int | None = None,
         seed: int | None = None,
     ) -> ChatResponse:
-        del temperature, max_tokens  # the simulator's noise comes from ``seed`` (the sample index)
+        """``temperature`` None → ``sim.agent_temperature``; ``seed`` is the sample index."""
+        del max_tokens
         t0 = time.perf_counter()
         request = request_digest(messages, tools, seed)
         delay = 0.0
@@ -223,7 +232,7 @@ class SimulatedProvider:
                     f"simulated HTTP {fault[1]} from model {self._model}",
                     status=fault[1],
                 )
-        resp = self._respond(messages, tools, seed, request)
+        resp = self._respond(messages, tools, seed, temperature, request)
         remaining = delay / 1000.0 - (time.perf_counter() - t0)
         if remaining > 0:  # the compute above is part of the call's latency
             await asyncio.sleep(remaining)

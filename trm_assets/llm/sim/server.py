@@ -5,6 +5,8 @@ Endpoints: ``POST /v1/chat/completions`` (tools, tool_calls, usage; no streaming
 failures a client must survive: HTTP 503/500 with an OpenAI-style error body, and real timeouts
 (the handler sleeps ``timeout_sleep_s`` before answering 504, beyond any sane client timeout).
 Binds 127.0.0.1 by default; the ``Authorization`` header is accepted and ignored (never logged).
+The agent honours the body's ``temperature`` (0–2); a body without one is decoded at the profile's
+``sim.agent_temperature``, like a real server's configured default.
 """
 
 from __future__ import annotations
@@ -121,10 +123,22 @@ class _Handler(BaseHTTPRequestHandler):
         ]
         tools = body.get("tools") if isinstance(body.get("tools"), list) else None
         seed = body.get("seed") if isinstance(body.get("seed"), int) else None
-        self._complete(messages, tools, seed)
+        temperature = body.get("temperature")
+        if temperature is not None and (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, int | float)
+            or not 0 <= temperature <= 2
+        ):
+            self._error(400, f"'temperature' must be a number from 0 to 2, got {temperature!r}")
+            return
+        self._complete(messages, tools, seed, temperature)
 
     def _complete(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, seed: int | None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        seed: int | None,
+        temperature: float | None,
     ) -> None:
         sim = self.sim
         config = sim.provider.config
@@ -142,7 +156,7 @@ class _Handler(BaseHTTPRequestHandler):
             status = fault[1] or 503
             self._error(status, f"simulated HTTP {status} (fault injection)", "server_error")
             return
-        resp = sim.provider.respond(messages, tools, seed)
+        resp = sim.provider.respond(messages, tools, seed, temperature)
         self._send_json(200, reply_payload(resp, request, created=int(time.time())))
 
 

@@ -14,7 +14,7 @@ from trm_assets.agent.messages import SkillMode, build_messages, load_agent_prom
 from trm_assets.agent.tools import Toolbox
 from trm_assets.agent.tree import load_trees
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, skill_file_name
-from trm_assets.harness.questions import load_questions
+from trm_assets.harness.data.questions import load_questions
 from trm_assets.llm.protocol import InfraError, LLMProvider
 from trm_assets.llm.sim.agent import agent_draw
 from trm_assets.llm.sim.oracle import expected_by_question, optimal_skills
@@ -120,12 +120,12 @@ def test_draws_are_deterministic_and_content_addressed(
 
 
 def _run_smoke(
-    provider: LLMProvider, seed_skills: dict[str, str], replicate: int
+    provider: LLMProvider, seed_skills: dict[str, str], replicate: int, temperature: float = 1.0
 ) -> list[tuple[str, str]]:
     prompts = load_agent_prompts(PROMPTS)
     questions = load_questions(SMOKE / "questions.json")
     toolbox = Toolbox(trees=load_trees(SMOKE / "trees"))
-    loop = AgentLoop(provider, prompts, max_steps=8)
+    loop = AgentLoop(provider, prompts, max_steps=8, temperature=temperature)
 
     async def run_all() -> list[tuple[str, str]]:
         out = []
@@ -149,6 +149,9 @@ def test_agent_loop_runs_the_smoke_sample_with_real_tools(
     assert provider.usage.total_tokens > 0
     assert _run_smoke(SimulatedProvider(smoke_world), seed_skills, replicate=0) == first
     assert _run_smoke(SimulatedProvider(smoke_world), seed_skills, replicate=1) != first
+    # Greedy decoding: the replicate (the request's seed) changes nothing.
+    greedy = _run_smoke(SimulatedProvider(smoke_world), seed_skills, 0, temperature=0.0)
+    assert _run_smoke(SimulatedProvider(smoke_world), seed_skills, 1, temperature=0.0) == greedy
 
 
 def _agent_messages(
