@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trm_assets.harness.config import RunConfig, config_to_yaml, load_config
-from trm_assets.harness.workspace import init_workspace
+from trm_assets.harness.data.config import RunConfig, config_to_yaml, load_config
+from trm_assets.harness.storage.workspace import init_workspace
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO / "data" / "configs" / "smoke.yaml"

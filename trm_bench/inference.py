@@ -22,14 +22,14 @@ from trm_assets.agent.messages import load_agent_prompts
 from trm_assets.agent.tools import Toolbox
 from trm_assets.agent.tree import VideoTree, load_tree
 from trm_assets.domain.question import Question
-from trm_assets.harness.inference import run_inference
-from trm_assets.harness.questions import load_questions
-from trm_assets.harness.runlog import RunLog
+from trm_assets.harness.data.questions import load_questions
+from trm_assets.harness.loop.rollouts import run_inference
+from trm_assets.harness.storage.runlog import RunLog
 from trm_assets.llm.sim.provider import SimulatedProvider
 from trm_assets.llm.sim.world import load_world
 from trm_assets.llm.sim_config import SimConfig
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO / "data" / "default"
 DEFAULT_PROMPTS = REPO / "prompts"
 

@@ -1,6 +1,6 @@
 """``trm bench optimizer``: the statistical gate against its ablations on the SIMULATED world.
 
-The full loop (:mod:`trm_assets.harness.runner`) runs on the default simulated sample once per
+The full loop (:mod:`trm_assets.harness.loop.runner`) runs on the default simulated sample once per
 gate policy (``ce_gate``, ``accept_all``, ``minibatch_sum`` with b = 3, ``full_val_point``) and
 seed, each run stopped at the same budget of training rollouts (:mod:`.optimizer_run`). The
 world's ground truth classifies every gated proposal (helpful / neutral / harmful by the oracle's
@@ -39,16 +39,16 @@ from typing import Any, Final
 
 import click
 
-from trm_assets.bench.optimizer_run import (
+from trm_assets.domain.errors import TrmError
+from trm_assets.harness.loop.gate import GATE_POLICIES
+from trm_assets.llm.sim_config import ProposalMix
+from trm_bench.optimizer_run import (
     AA_NOOP,
     DEFAULT_CONFIG,
     RunSpec,
     execute_dict,
     resolve_config,
 )
-from trm_assets.domain.errors import TrmError
-from trm_assets.harness.validate import GATE_POLICIES
-from trm_assets.llm.sim_config import ProposalMix
 
 POLICIES: Final[tuple[str, ...]] = ("ce_gate", "accept_all", "minibatch_sum", "full_val_point")
 assert set(POLICIES) == set(GATE_POLICIES)

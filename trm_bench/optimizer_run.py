@@ -3,9 +3,9 @@ rollout budget, observed with the simulated world's ground truth.
 
 What is observed, and how (nothing in the loop is modified):
 
-* **every gated proposal** — :func:`trm_assets.harness.step.validate_candidate_skill` is wrapped
-  for the duration of the run (:class:`GateRecorder`); the wrapper passes the request and the
-  outcome through unchanged and records the candidate's ground truth: the oracle's expected
+* **every gated proposal** — :func:`trm_assets.harness.loop.step.validate_candidate_skill` is
+  wrapped for the duration of the run (:class:`GateRecorder`); the wrapper passes the request and
+  the outcome through unchanged and records the candidate's ground truth: the oracle's expected
   accuracy of the candidate skill set minus the baseline's on every question of the edited task
   type (``docs/decision-bench-edit-ground-truth.md``);
 * **the trajectory** — after every unit of work (``init``, a step, one slow-update function) the
@@ -32,20 +32,21 @@ from typing import Any, Final
 
 import yaml
 
-from trm_assets.harness import step as step_mod
-from trm_assets.harness.config import RunConfig, config_to_yaml, load_config
-from trm_assets.harness.context import LoopContext, loop_context
-from trm_assets.harness.runlog import RunLogReader
-from trm_assets.harness.runner import current_action, run_action
-from trm_assets.harness.slow_update import holdout_run_id
-from trm_assets.harness.state import TrainState, load_state
-from trm_assets.harness.validate import NO_LADDER, GateRequest, ValidationOutcome
-from trm_assets.harness.workspace import init_workspace, read_manifest
+from trm_assets.harness.data.config import RunConfig, config_to_yaml, load_config
+from trm_assets.harness.loop import step as step_mod
+from trm_assets.harness.loop.context import LoopContext, loop_context
+from trm_assets.harness.loop.gate import NO_LADDER, GateRequest, ValidationOutcome
+from trm_assets.harness.loop.runner import current_action, run_action
+from trm_assets.harness.loop.slow_update import holdout_run_id
+from trm_assets.harness.storage.checkpoint import TrainState, load_state
+from trm_assets.harness.storage.runlog import RunLogReader
+from trm_assets.harness.storage.workspace import init_workspace, read_manifest
+from trm_assets.llm.factory import SimOracle, build_providers
 from trm_assets.llm.sim.draws import normalize_text
 from trm_assets.llm.sim.oracle import active_texts, best_expected_accuracy, expected_by_question
 from trm_assets.llm.sim.world import SimWorld
 
-REPO: Final = Path(__file__).resolve().parents[2]
+REPO: Final = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG: Final = REPO / "data" / "configs" / "default.yaml"
 # |Δ expected accuracy on the edited task type| at or below this is "neutral" (0.1pp). The
 # simulator's effects are all-or-nothing per cue/harm indicator, so real effects are ≥ 1pp and a
@@ -189,7 +190,8 @@ class Oracle:
     """Expected accuracies of version pairs and candidate skill sets (memoized)."""
 
     def __init__(self, ctx: LoopContext) -> None:
-        world = ctx.providers.world
+        sim = ctx.providers.oracle
+        world = sim.world if isinstance(sim, SimOracle) else None
         if world is None:
             raise RuntimeError("trm bench optimizer needs the SIMULATED world (llm_provider: sim)")
         self.ctx = ctx
@@ -373,7 +375,7 @@ def execute(spec: RunSpec, workdir: Path | None = None) -> RunResult:
             config_yaml=config_to_yaml(cfg),
             config_fingerprint=cfg.fingerprint(),
         )
-        with loop_context(ws, cfg) as ctx:
+        with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
             result = _drive(ctx, spec)
             ctx.log.flush()
     finally:

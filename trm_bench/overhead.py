@@ -48,17 +48,18 @@ import click
 import yaml
 
 from trm_assets.domain.errors import TrmError
-from trm_assets.harness import step as step_mod
-from trm_assets.harness import validate as validate_mod
-from trm_assets.harness.config import RunConfig, config_to_yaml, load_config
-from trm_assets.harness.context import loop_context
-from trm_assets.harness.inference import InferenceResult
-from trm_assets.harness.plan import Action
-from trm_assets.harness.runner import current_action, run_action
-from trm_assets.harness.state import load_state
-from trm_assets.harness.workspace import init_workspace
+from trm_assets.harness.data.config import RunConfig, config_to_yaml, load_config
+from trm_assets.harness.loop import gate as validate_mod
+from trm_assets.harness.loop import step as step_mod
+from trm_assets.harness.loop.context import loop_context
+from trm_assets.harness.loop.plan import Action
+from trm_assets.harness.loop.rollouts import InferenceResult
+from trm_assets.harness.loop.runner import current_action, run_action
+from trm_assets.harness.storage.checkpoint import load_state
+from trm_assets.harness.storage.workspace import init_workspace
+from trm_assets.llm.factory import build_providers
 
-REPO: Final = Path(__file__).resolve().parents[2]
+REPO: Final = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG: Final = REPO / "data" / "configs" / "smoke.yaml"
 # One epoch of the smoke configuration as it ships (≈ 1,100 rollouts, ≈ 4,300 model calls, ≈ 100
 # barriers): concurrency 1 at 50 ms takes ≈ 4 minutes. `--config data/configs/default.yaml` measures
@@ -243,7 +244,7 @@ def epoch_cell(
     )
     ws = new_workspace(Path(tempfile.mkdtemp(prefix="ws-", dir=root)) / "ws", cfg)
     log = BarrierLog()
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         run_action(ctx, current_action(ctx))  # init: untimed
         with observe_barriers(log):
             t0 = time.perf_counter()
@@ -282,7 +283,7 @@ def _prepared(root: Path, cfg_path: Path, name: str) -> Path:
     """An initialized workspace (init done: the next unit is step e0 s0)."""
     cfg = load_config(cfg_path, (), environ={}, dotenv_path=None)
     ws = new_workspace(root / name, cfg)
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         run_action(ctx, current_action(ctx))
     return ws
 
@@ -290,7 +291,7 @@ def _prepared(root: Path, cfg_path: Path, name: str) -> Path:
 def time_direct(ws: Path, cfg_path: Path) -> float:
     cfg = load_config(cfg_path, (), environ={}, dotenv_path=None)
     t0 = time.perf_counter()
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         run_action(ctx, Action("step", epoch=0, step=0))
     return time.perf_counter() - t0
 

@@ -54,7 +54,7 @@ from typing import Any
 
 import click
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO / "data" / "configs" / "smoke.yaml"
 
 #: Columns holding wall-clock times (or durations): never part of a result.
@@ -77,11 +77,11 @@ Echo = Callable[[str], None]
 # The child processes run ``trm train`` (the click command object itself, so the bench does not
 # depend on how the top-level group registers it) and the Dagster driver.
 _TRAIN_CHILD = (
-    "import sys; from trm_assets.harness.train_cli import train_cmd; "
+    "import sys; from trm_assets.cli.train import train_cmd; "
     "sys.exit(train_cmd.main(args=sys.argv[1:], prog_name='trm train'))"
 )
 _DAGSTER_CHILD = (
-    "import sys; from trm_assets.bench.reliability import dagster_resume_main; "
+    "import sys; from trm_bench.reliability import dagster_resume_main; "
     "sys.exit(dagster_resume_main(sys.argv[1:]))"
 )
 
@@ -106,7 +106,7 @@ def _file_digest(path: Path) -> str:
 def _run_log_digest(run_db: Path) -> dict[str, str]:
     """Per table: content hash without wall-clock columns, row count, duplicated keys; and
     prediction rows per run id."""
-    from trm_assets.harness.runlog import RunLogReader
+    from trm_assets.harness.storage.runlog import RunLogReader
 
     out: dict[str, str] = {}
     if not run_db.exists():
@@ -313,7 +313,7 @@ def train_args(
 
 def has_no_dagster_path() -> bool:
     """Whether ``trm train`` runs units as Dagster runs by default (and has ``--no-dagster``)."""
-    from trm_assets.harness.train_cli import train_cmd
+    from trm_assets.cli.train import train_cmd
 
     return any(p.name == "no_dagster" for p in train_cmd.params)
 
@@ -344,9 +344,9 @@ def dagster_resume_main(argv: Sequence[str]) -> int:
 def interrupted_unit(workspace: Path, config: Path, overrides: Sequence[str]) -> str:
     """The unit of work the kill interrupted (the planner's next unit at the checkpoint)."""
     from trm_assets.domain.errors import TrmError
-    from trm_assets.harness.config import load_config
-    from trm_assets.harness.plan import next_action, progress_of
-    from trm_assets.harness.state import load_state
+    from trm_assets.harness.data.config import load_config
+    from trm_assets.harness.loop.plan import next_action, progress_of
+    from trm_assets.harness.storage.checkpoint import load_state
 
     old = Path.cwd()
     try:
@@ -410,8 +410,8 @@ def kill_points(n: int, span_s: float, seed: int) -> list[float]:
 
 def init_template(root: Path, config: Path, overrides: Sequence[str]) -> Path:
     """``trm init`` once; every trial starts from a byte copy of this workspace."""
-    from trm_assets.harness.config import config_to_yaml, load_config
-    from trm_assets.harness.workspace import init_workspace
+    from trm_assets.harness.data.config import config_to_yaml, load_config
+    from trm_assets.harness.storage.workspace import init_workspace
 
     old = Path.cwd()
     try:

@@ -45,19 +45,19 @@ import pandas as pd
 
 from trm_assets.agent.messages import load_agent_prompts
 from trm_assets.agent.tools import Toolbox
-from trm_assets.bench.inference import DEFAULT_PROMPTS, trees_for
 from trm_assets.domain.question import LETTERS, skill_file_name
 from trm_assets.evolution.types import text_hash
-from trm_assets.harness.inference import run_inference
-from trm_assets.harness.lineage import per_task_accuracy
-from trm_assets.harness.questions import load_questions
-from trm_assets.harness.runlog import PREDICTION_COLUMNS, RunLog, RunLogReader
-from trm_assets.harness.store import read_meta, write_version
+from trm_assets.harness.data.questions import load_questions
+from trm_assets.harness.loop.rollouts import run_inference
+from trm_assets.harness.reports.lineage import per_task_accuracy
+from trm_assets.harness.storage.runlog import PREDICTION_COLUMNS, RunLog, RunLogReader
+from trm_assets.harness.storage.versions import read_meta, write_version
 from trm_assets.llm.sim import catalogue
 from trm_assets.llm.sim.generator import synthesize
 from trm_assets.llm.sim.provider import SimulatedProvider
 from trm_assets.llm.sim.world import load_world
 from trm_assets.llm.sim_config import SimConfig
+from trm_bench.inference import DEFAULT_PROMPTS, trees_for
 
 RATIO_TARGET: Final = 10.5
 QUERY_TARGET_MS: Final = 200.0

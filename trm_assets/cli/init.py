@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from trm_assets.cli_support import fail_on_trm_error
+from trm_assets.cli.support import fail_on_trm_error
 
 
 @click.command("init")
@@ -48,8 +48,8 @@ def init_cmd(
     An existing workspace in DIR is moved aside to DIR.archive-N, but only after every check
     (config, questions file, prompt set or seed) has passed.
     """
-    from trm_assets.harness.config import config_to_yaml, load_config
-    from trm_assets.harness.workspace import init_workspace, init_workspace_from_seed
+    from trm_assets.harness.data.config import config_to_yaml, load_config
+    from trm_assets.harness.storage.workspace import init_workspace, init_workspace_from_seed
 
     cfg = load_config(config_path, overrides)
     common = {"config_yaml": config_to_yaml(cfg), "config_fingerprint": cfg.fingerprint()}

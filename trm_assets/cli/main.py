@@ -11,23 +11,23 @@ import sys
 
 import click
 
-from trm_assets.cli_support import LazyGroup, fail_on_trm_error
+from trm_assets.cli.support import LazyGroup, fail_on_trm_error
 
 
 @click.group(
     cls=LazyGroup,
     lazy={
         "init": (
-            "trm_assets.harness.init_cli:init_cmd",
+            "trm_assets.cli.init:init_cmd",
             "Create a workspace (v1 = the prompt set).",
         ),
-        "train": ("trm_assets.harness.train_cli:train_cmd", "Run the training loop."),
-        "eval": ("trm_assets.harness.train_cli:eval_cmd", "Evaluate a skills version."),
-        "promote": ("trm_assets.harness.train_cli:promote_cmd", "Promote a version to a seed."),
-        "report": ("trm_assets.harness.train_cli:report_cmd", "Per-epoch report."),
-        "sim-serve": ("trm_assets.llm.sim.cli:serve", "Serve the SIMULATED LLM over HTTP."),
+        "train": ("trm_assets.cli.train:train_cmd", "Run the training loop."),
+        "eval": ("trm_assets.cli.train:eval_cmd", "Evaluate a skills version."),
+        "promote": ("trm_assets.cli.train:promote_cmd", "Promote a version to a seed."),
+        "report": ("trm_assets.cli.train:report_cmd", "Per-epoch report."),
+        "sim-serve": ("trm_assets.cli.sim:serve", "Serve the SIMULATED LLM over HTTP."),
         "sim-oracle": (
-            "trm_assets.llm.sim.cli:oracle",
+            "trm_assets.cli.sim:oracle",
             "Oracle accuracies of the SIMULATED world.",
         ),
     },
@@ -43,7 +43,7 @@ def main() -> None:
 
 @main.group(
     cls=LazyGroup,
-    lazy={"synth": ("trm_assets.llm.sim.cli:synth", "Generate a SIMULATED Video-MME sample.")},
+    lazy={"synth": ("trm_assets.cli.sim:synth", "Generate a SIMULATED Video-MME sample.")},
 )
 def data() -> None:
     """Inspect and generate data (question files and video trees)."""
@@ -54,8 +54,8 @@ def data() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def data_check(paths: tuple[str, ...], as_json: bool) -> None:
     """Load question files (json/csv/parquet) and tree files; print counts or every error."""
-    from trm_assets.harness.datacheck import check_paths
-    from trm_assets.harness.questions import QuestionSummary
+    from trm_assets.harness.data.datacheck import check_paths
+    from trm_assets.harness.data.questions import QuestionSummary
 
     rep = check_paths(list(paths))
     summary = QuestionSummary.of(rep.questions)
@@ -100,12 +100,12 @@ def data_check(paths: tuple[str, ...], as_json: bool) -> None:
 @main.group(
     cls=LazyGroup,
     lazy={
-        "gate": ("trm_assets.bench.gate:cli", "Gate decision quality (GATE §10.3)."),
-        "inference": ("trm_assets.bench.inference:cli", "Inference throughput vs the ideal."),
-        "optimizer": ("trm_assets.bench.optimizer:cli", "Gate policies on the SIMULATED world."),
-        "overhead": ("trm_assets.bench.overhead:cli", "Harness and Dagster overhead."),
-        "reliability": ("trm_assets.bench.reliability:cli", "Kill-anywhere resume check."),
-        "scale": ("trm_assets.bench.scale:cli", "1x vs 10x questions; lineage query at 1M rows."),
+        "gate": ("trm_bench.gate:cli", "Gate decision quality (GATE §10.3)."),
+        "inference": ("trm_bench.inference:cli", "Inference throughput vs the ideal."),
+        "optimizer": ("trm_bench.optimizer:cli", "Gate policies on the SIMULATED world."),
+        "overhead": ("trm_bench.overhead:cli", "Harness and Dagster overhead."),
+        "reliability": ("trm_bench.reliability:cli", "Kill-anywhere resume check."),
+        "scale": ("trm_bench.scale:cli", "1x vs 10x questions; lineage query at 1M rows."),
     },
 )
 def bench() -> None:
@@ -128,7 +128,7 @@ def config() -> None:
 @fail_on_trm_error
 def config_show(config_path: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
     """Print the resolved config (CLI > env/.env > YAML > defaults), without secrets."""
-    from trm_assets.harness.config import config_to_yaml, load_config
+    from trm_assets.harness.data.config import config_to_yaml, load_config
 
     cfg = load_config(config_path, overrides)
     if as_json:
@@ -163,11 +163,15 @@ def run(config_path: str, workspace: str) -> None:
     """The main job: create the workspace if needed, then train through Dagster (resuming)."""
     from pathlib import Path
 
-    from trm_assets.harness.config import config_to_yaml, load_config
-    from trm_assets.harness.dataset import load_dataset
-    from trm_assets.harness.pools_io import build_or_load_pools, format_pools_summary, pools_summary
-    from trm_assets.harness.train_cli import train_cmd
-    from trm_assets.harness.workspace import init_workspace
+    from trm_assets.cli.train import train_cmd
+    from trm_assets.harness.data.config import config_to_yaml, load_config
+    from trm_assets.harness.data.dataset import load_dataset
+    from trm_assets.harness.storage.pools import (
+        build_or_load_pools,
+        format_pools_summary,
+        pools_summary,
+    )
+    from trm_assets.harness.storage.workspace import init_workspace
 
     cfg = load_config(config_path)
     label = "SIMULATED world" if cfg.llm_provider == "sim" else f"model {cfg.agent_model}"

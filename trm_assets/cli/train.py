@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from trm_assets.cli_support import fail_on_trm_error
+from trm_assets.cli.support import fail_on_trm_error
 
 _WS = click.option(
     "--workspace", "workspace", required=True, type=click.Path(path_type=Path), help="Directory."
@@ -24,8 +24,8 @@ _SET = click.option(
 
 def _config(workspace: Path, config_path: Path | None, overrides: tuple[str, ...]) -> Any:
     """The config from ``--config``, else the one ``trm init`` stored in the workspace."""
-    from trm_assets.harness.config import load_config
-    from trm_assets.harness.workspace import WorkspaceError, resolve_paths
+    from trm_assets.harness.data.config import load_config
+    from trm_assets.harness.storage.workspace import WorkspaceError, resolve_paths
 
     if config_path is None:
         stored = resolve_paths(workspace).config
@@ -64,14 +64,15 @@ def train_cmd(
     overrides: tuple[str, ...],
 ) -> None:
     """Run the training loop (epoch → step → per-skill gate, ten-step slow update) on DIR."""
-    from trm_assets.harness.budget import estimate, format_estimate
-    from trm_assets.harness.config import load_config
-    from trm_assets.harness.context import loop_context
-    from trm_assets.harness.dataset import load_dataset
-    from trm_assets.harness.pools_io import build_or_load_pools
-    from trm_assets.harness.runner import current_action, train
-    from trm_assets.harness.state import CheckpointError
-    from trm_assets.harness.workspace import resolve_paths
+    from trm_assets.harness.data.config import load_config
+    from trm_assets.harness.data.dataset import load_dataset
+    from trm_assets.harness.loop.budget import estimate, format_estimate
+    from trm_assets.harness.loop.context import loop_context
+    from trm_assets.harness.loop.runner import current_action, train
+    from trm_assets.harness.storage.checkpoint import CheckpointError
+    from trm_assets.harness.storage.pools import build_or_load_pools
+    from trm_assets.harness.storage.workspace import resolve_paths
+    from trm_assets.llm.factory import build_providers
 
     extra = (f"epochs={epochs}",) if epochs is not None else ()
     cfg = load_config(config_path, (*overrides, *extra))
@@ -94,7 +95,7 @@ def train_cmd(
     if not no_dagster:
         _train_through_dagster(workspace, config_path, (*overrides, *extra))
         return
-    with loop_context(workspace, cfg) as ctx:
+    with loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as ctx:
         first = current_action(ctx)
         if resume and first.kind != "init":
             click.echo(f"resuming at {first.describe()}")
@@ -149,12 +150,13 @@ def eval_cmd(
     """Evaluate a stored skills version on a pool; prints the run id to promote."""
     import asyncio
 
-    from trm_assets.harness.context import loop_context
-    from trm_assets.harness.runlog import RunLogReader
-    from trm_assets.harness.step import evaluate
+    from trm_assets.harness.loop.context import loop_context
+    from trm_assets.harness.loop.step import evaluate
+    from trm_assets.harness.storage.runlog import RunLogReader
+    from trm_assets.llm.factory import build_providers
 
     cfg = _config(workspace, config_path, overrides)
-    with loop_context(workspace, cfg) as ctx:
+    with loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as ctx:
         pv = prompts_version or ctx.paths.prompts_version
         ctx.skills(version)  # a missing version fails before any rollout
         run_id = f"eval_{version}_{pv}_{pool}"
@@ -197,7 +199,7 @@ def eval_cmd(
 @fail_on_trm_error
 def promote_cmd(workspace: Path, version: str, eval_run: str, name: str, seeds_dir: Path) -> None:
     """Promote a skills version (with its evaluation run) to a named seed."""
-    from trm_assets.harness.workspace import promote_version
+    from trm_assets.harness.storage.workspace import promote_version
 
     seed = promote_version(
         workspace, version=version, eval_run_id=eval_run, name=name, seeds_dir=seeds_dir
@@ -211,8 +213,8 @@ def promote_cmd(workspace: Path, version: str, eval_run: str, name: str, seeds_d
 
 def report_data(workspace: Path) -> dict[str, Any]:
     """The ``trm report --json`` contract, from the checkpoint and the manifest."""
-    from trm_assets.harness.state import CheckpointError, state_from_dict
-    from trm_assets.harness.workspace import read_manifest, resolve_paths
+    from trm_assets.harness.storage.checkpoint import CheckpointError, state_from_dict
+    from trm_assets.harness.storage.workspace import read_manifest, resolve_paths
 
     m = read_manifest(workspace)
     path = resolve_paths(workspace).state
@@ -300,7 +302,7 @@ def report_cmd(workspace: Path, as_json: bool) -> None:
 
 def _echo_budget(workspace: Path) -> None:
     """Rollouts and tokens per scope (init, e0, e1, …, final) and phase, from the ledger."""
-    from trm_assets.harness.workspace import resolve_paths
+    from trm_assets.harness.storage.workspace import resolve_paths
 
     state = json.loads(resolve_paths(workspace).state.read_text(encoding="utf-8"))
     click.echo("budget (rollouts / tokens) by phase:")

@@ -4,7 +4,7 @@ import dagster as dg
 
 from trm_assets.defs.assets.training import skill_versions
 from trm_assets.defs.resources import TrmResource
-from trm_assets.harness.audit import test_pool_leaks, unsafe_skill_paths
+from trm_assets.harness.reports.audit import test_pool_leaks, unsafe_skill_paths
 
 REQUIRED_EPOCH_METADATA = ("val_accuracy", "skills_version", "prompts_version", "per_task_type")
 

@@ -29,8 +29,8 @@ from trm_assets.defs.sensors import (
     planned_action,
 )
 from trm_assets.domain.errors import TrmError
-from trm_assets.harness.plan import Action
-from trm_assets.harness.units import unit_key
+from trm_assets.harness.loop.plan import Action
+from trm_assets.harness.loop.units import unit_key
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DAGSTER_HOME = PROJECT_ROOT / "dagster_home"

@@ -18,10 +18,10 @@ from trm_assets.defs.assets.training import (
 )
 from trm_assets.defs.partitions import EPOCHS, epoch_key
 from trm_assets.defs.resources import TrmResource
-from trm_assets.harness.plan import Action
-from trm_assets.harness.runner import current_action
-from trm_assets.harness.slow_update import SLOW_STEPS
-from trm_assets.harness.units import run_unit
+from trm_assets.harness.loop.plan import Action
+from trm_assets.harness.loop.runner import current_action
+from trm_assets.harness.loop.slow_update import SLOW_STEPS
+from trm_assets.harness.loop.units import run_unit
 
 gate_step = dg.define_asset_job(
     "gate_step",

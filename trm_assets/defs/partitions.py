@@ -7,7 +7,7 @@ Keys follow the run ids in the run log: epoch ``e0``, step ``s1`` → run ``trai
 import dagster as dg
 
 from trm_assets.defs.resources import default_resource
-from trm_assets.harness.questions import load_questions, task_types_of
+from trm_assets.harness.data.questions import load_questions, task_types_of
 
 EPOCHS = "epochs"
 STEPS = "steps"

@@ -13,8 +13,9 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from trm_assets.harness.config import RunConfig, load_config
-from trm_assets.harness.context import LoopContext, loop_context
+from trm_assets.harness.data.config import RunConfig, load_config
+from trm_assets.harness.loop.context import LoopContext, loop_context
+from trm_assets.llm.factory import build_providers
 
 DEFAULT_CONFIG = "data/configs/default.yaml"
 DEFAULT_WORKSPACE = "workspaces/default"
@@ -43,7 +44,8 @@ class TrmResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its val
     @contextmanager
     def open(self) -> Iterator[LoopContext]:
         """A loop context for one unit of work (closes the run log afterwards)."""
-        with loop_context(self.workspace_dir(), self.run_config()) as ctx:
+        cfg = self.run_config()
+        with loop_context(self.workspace_dir(), cfg, build_providers(cfg.provider_spec())) as ctx:
             yield ctx
 
 

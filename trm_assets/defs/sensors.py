@@ -1,6 +1,6 @@
 """``epoch_sensor``: launches the next unit of training, strictly one mutating run at a time.
 
-The decision is the planner's (:func:`trm_assets.harness.plan.next_action`, shared with
+The decision is the planner's (:func:`trm_assets.harness.loop.plan.next_action`, shared with
 ``trm train``); the sensor only translates it into a run request, adds the epoch/step partitions
 it needs, and refuses to launch while any run is in progress or after a failed run that a human
 must look at.
@@ -16,9 +16,9 @@ import dagster as dg
 from trm_assets.defs.jobs import finalize, gate_step, slow_update, slow_update_run_config
 from trm_assets.defs.partitions import epoch_key, epochs, step_key, steps
 from trm_assets.defs.resources import TrmResource
-from trm_assets.harness.plan import Action, next_action, progress_of
-from trm_assets.harness.state import load_state
-from trm_assets.harness.units import unit_key
+from trm_assets.harness.loop.plan import Action, next_action, progress_of
+from trm_assets.harness.loop.units import unit_key
+from trm_assets.harness.storage.checkpoint import load_state
 
 IN_PROGRESS = [
     dg.DagsterRunStatus.QUEUED,

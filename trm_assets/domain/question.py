@@ -1,7 +1,8 @@
 """The normalized Video-MME question (one row of the HF parquet, or one nested JSON question).
 
-Loaders for the three on-disk formats live in :mod:`trm_assets.harness.questions`; this module is
-the pure value they all produce. Task types come from the data: nothing here enumerates them.
+Loaders for the three on-disk formats live in :mod:`trm_assets.harness.data.questions`;
+this module is the pure value they all produce. Task types come from the data: nothing here
+enumerates them.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Read-only ports the evolution calls use (seed §16): where the current texts come from.
 
 The harness implements them over a workspace's resolved version directories
-(:class:`trm_assets.harness.workspace.VersionedSkillStore` / ``VersionedPromptStore``); tests may
-implement them over a dict. A store is bound to one version: after an accept advances the version,
-the caller builds a new instance.
+(:class:`trm_assets.harness.storage.workspace.VersionedSkillStore` / ``VersionedPromptStore``);
+tests may implement them over a dict. A store is bound to one version: after an accept advances the
+version, the caller builds a new instance.
 """
 
 from __future__ import annotations

@@ -1,57 +1,76 @@
-"""The three model roles of a run (agent, evolve, diagnose) built from ``RunConfig`` + ``Settings``.
+"""Build the three model roles of a run from a :class:`ProviderSpec` + ``Settings``: the one place
+that chooses between the simulated world and the OpenAI-compatible provider (called by the
+composition roots — ``cli``, ``defs``, the benchmarks — never by the loop).
 
-``llm_provider: sim`` (the default) builds the SIMULATED world from ``cfg.ground_truth`` (one
-world shared by the three roles; the role is read from the conversation). ``llm_provider:
-openai`` builds OpenAI-compatible clients from the engineering settings (base URL, key, timeouts);
-the key never leaves :class:`~trm_assets.harness.settings.Settings`. With a real model there is no
-oracle, so every expected accuracy is ``None``.
+``kind: sim`` (the default) builds the SIMULATED world from ``spec.ground_truth`` (one world shared
+by the three roles; the role is read from the conversation) and its oracle. ``kind: openai`` builds
+OpenAI-compatible clients from the engineering settings (base URL, key, timeouts); the key never
+leaves :class:`~trm_assets.llm.settings.Settings`. With a real model there is no oracle, so every
+expected accuracy is ``None``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from trm_assets.domain.errors import TrmError
-from trm_assets.harness.config import RunConfig
-from trm_assets.harness.settings import Settings
 from trm_assets.llm.protocol import LLMProvider
+from trm_assets.llm.providers import Providers, ProviderSpec
+from trm_assets.llm.settings import Settings
 from trm_assets.llm.sim.world import SimWorld, load_world
+from trm_assets.llm.sim_config import SimConfig
 
 
 class ProviderConfigError(TrmError):
     """A configuration that cannot produce the model clients (missing URL, missing sidecar)."""
 
 
-@dataclass(frozen=True)
-class Providers:
-    """The model clients of one run. ``world`` is the simulator's ground truth (sim only)."""
+class SimOracle:
+    """:class:`~trm_assets.llm.providers.AccuracyOracle` of a simulated world."""
 
-    agent: LLMProvider
-    evolve: LLMProvider
-    diagnose: LLMProvider
-    world: SimWorld | None
-    simulated: bool
+    def __init__(self, world: SimWorld, config: SimConfig) -> None:
+        self.world = world
+        self.config = config
 
-    def label(self) -> str:
-        return "SIMULATED world" if self.simulated else f"model {self.agent.model}"
+    def expected_by_question(
+        self,
+        question_ids: Sequence[str],
+        skills: Mapping[str, str],
+        *,
+        system_prompt: str,
+        tool_descriptions: Sequence[str],
+        skill_mode: Literal["task", "all", "none"],
+    ) -> dict[str, float]:
+        from trm_assets.llm.sim.oracle import expected_by_question
+
+        return expected_by_question(
+            self.world,
+            question_ids,
+            skills,
+            self.config,
+            system_prompt=system_prompt,
+            tool_descriptions=tool_descriptions,
+            skill_mode=skill_mode,
+        )
 
 
-def build_providers(cfg: RunConfig, settings: Settings | None = None) -> Providers:
-    """Build the providers named by ``cfg.llm_provider`` (see the module docstring)."""
-    if cfg.llm_provider == "sim":
+def build_providers(spec: ProviderSpec, settings: Settings | None = None) -> Providers:
+    """Build the providers named by ``spec.kind`` (see the module docstring)."""
+    if spec.kind == "sim":
         from trm_assets.llm.sim.provider import SimulatedProvider
 
-        if not cfg.ground_truth:
+        if not spec.ground_truth:
             raise ProviderConfigError(
                 "config: llm_provider is 'sim' but ground_truth is null; point ground_truth at the "
                 "sample's ground_truth.json (e.g. data/smoke/ground_truth.json)"
             )
-        world = load_world(cfg.ground_truth)
+        world = load_world(spec.ground_truth)
         return Providers(
-            agent=SimulatedProvider(world, cfg.sim, model=cfg.agent_model),
-            evolve=SimulatedProvider(world, cfg.sim, model=cfg.evolve_model),
-            diagnose=SimulatedProvider(world, cfg.sim, model=cfg.effective_diagnose_model()),
-            world=world,
+            agent=SimulatedProvider(world, spec.sim, model=spec.agent_model),
+            evolve=SimulatedProvider(world, spec.sim, model=spec.evolve_model),
+            diagnose=SimulatedProvider(world, spec.sim, model=spec.diagnose_model),
+            oracle=SimOracle(world, spec.sim),
             simulated=True,
         )
     from trm_assets.llm.openai_compat import OpenAICompatProvider
@@ -76,9 +95,9 @@ def build_providers(cfg: RunConfig, settings: Settings | None = None) -> Provide
         )
 
     return Providers(
-        agent=client(cfg.agent_model),
-        evolve=client(cfg.evolve_model),
-        diagnose=client(cfg.effective_diagnose_model()),
-        world=None,
+        agent=client(spec.agent_model),
+        evolve=client(spec.evolve_model),
+        diagnose=client(spec.diagnose_model),
+        oracle=None,
         simulated=False,
     )

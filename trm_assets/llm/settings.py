@@ -1,6 +1,6 @@
 """Engineering and secret settings (API key, base URL, timeouts) from the environment / ``.env``.
 
-Kept apart from :class:`~trm_assets.harness.config.RunConfig` on purpose: these never enter a
+Kept apart from :class:`~trm_assets.harness.data.config.RunConfig` on purpose: these never enter a
 config fingerprint, a checkpoint, DuckDB, logs or Dagster metadata. The key is a ``SecretStr``:
 ``repr``/``str``/dumps show ``**********``; only :meth:`Settings.api_key_value` reveals it, for the
 HTTP client's constructor.

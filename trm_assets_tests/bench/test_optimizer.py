@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from trm_assets.bench.optimizer import (
+from trm_assets.harness.data.config import load_config
+from trm_assets.harness.data.dataset import load_dataset
+from trm_assets.harness.storage.pools import build_or_load_pools
+from trm_assets.llm.sim.oracle import best_expected_accuracy
+from trm_assets.llm.sim.world import load_world
+from trm_bench.optimizer import (
     POLICIES,
     cli,
     summarize,
@@ -20,14 +25,9 @@ from trm_assets.bench.optimizer import (
     sweep_mix,
     wilson,
 )
-from trm_assets.bench.optimizer_run import AA_NOOP, RunSpec, execute, resolve_config
-from trm_assets.bench.overhead import BarrierLog, ideal_seconds, makespan, schedule_seconds
-from trm_assets.bench.overhead import cli as overhead_cli
-from trm_assets.harness.config import load_config
-from trm_assets.harness.dataset import load_dataset
-from trm_assets.harness.pools_io import build_or_load_pools
-from trm_assets.llm.sim.oracle import best_expected_accuracy
-from trm_assets.llm.sim.world import load_world
+from trm_bench.optimizer_run import AA_NOOP, RunSpec, execute, resolve_config
+from trm_bench.overhead import BarrierLog, ideal_seconds, makespan, schedule_seconds
+from trm_bench.overhead import cli as overhead_cli
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "data" / "configs" / "smoke.yaml"
@@ -184,7 +184,7 @@ def test_optimizer_workers_die_with_a_killed_bench(tmp_path: Path) -> None:
     script.write_text(
         "import multiprocessing as mp, os, sys, time\n"
         "from concurrent.futures import ProcessPoolExecutor\n"
-        "from trm_assets.bench.optimizer import die_with_parent\n"
+        "from trm_bench.optimizer import die_with_parent\n"
         "if __name__ == '__main__':\n"
         "    ctx = mp.get_context('spawn')\n"
         "    with ProcessPoolExecutor(1, mp_context=ctx, initializer=die_with_parent,\n"

@@ -14,7 +14,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from trm_assets.bench.scale import (
+from trm_assets.domain.question import skill_file_name
+from trm_assets.harness.reports.lineage import per_task_accuracy
+from trm_assets.harness.storage.runlog import RunLog, RunLogReader
+from trm_assets.llm.sim import catalogue
+from trm_bench.scale import (
     LineageRow,
     LineageTruth,
     ScaleBenchError,
@@ -26,10 +30,6 @@ from trm_assets.bench.scale import (
     synthetic_predictions,
     time_evaluation,
 )
-from trm_assets.domain.question import skill_file_name
-from trm_assets.harness.lineage import per_task_accuracy
-from trm_assets.harness.runlog import RunLog, RunLogReader
-from trm_assets.llm.sim import catalogue
 
 ROWS, RUNS, VERSIONS = 10_000, 20, 5
 

@@ -14,7 +14,7 @@ import yaml
 
 from trm_assets.defs.driver import drive
 from trm_assets.defs.resources import TrmResource
-from trm_assets.harness.workspace import init_workspace
+from trm_assets.harness.storage.workspace import init_workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "data" / "configs" / "smoke.yaml"

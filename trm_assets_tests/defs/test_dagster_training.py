@@ -15,9 +15,9 @@ from trm_assets.defs.assets.training import epoch_results
 from trm_assets.defs.driver import drive
 from trm_assets.defs.jobs import SLOW_OPS, gate_step, slow_update_run_config
 from trm_assets.defs.sensors import UNIT_TAG, WORKSPACE_TAG, epoch_sensor
-from trm_assets.harness.lineage import epoch_summary, skill_facts
-from trm_assets.harness.slow_update import SLOW_STEPS
-from trm_assets.harness.workspace import read_manifest
+from trm_assets.harness.loop.slow_update import SLOW_STEPS
+from trm_assets.harness.reports.lineage import epoch_summary, skill_facts
+from trm_assets.harness.storage.workspace import read_manifest
 
 from .conftest import Trained, new_workspace, tiny_resource
 
@@ -244,7 +244,7 @@ def test_dagster_path_equals_direct_harness_path(trained: Trained, tmp_path: Pat
     """`trm train --no-dagster` (units called directly) ends where the Dagster runs end."""
     from click.testing import CliRunner
 
-    from trm_assets.harness.train_cli import train_cmd
+    from trm_assets.cli.train import train_cmd
 
     ws = new_workspace(tmp_path / "ws")
     res = CliRunner().invoke(

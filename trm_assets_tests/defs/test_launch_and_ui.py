@@ -20,7 +20,7 @@ import dagster as dg
 import pytest
 
 from trm_assets.defs.driver import drive
-from trm_assets.harness.lineage import epoch_summary, skill_facts
+from trm_assets.harness.reports.lineage import epoch_summary, skill_facts
 
 from .conftest import ROOT, Trained, new_workspace, tiny_resource
 

@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from trm_assets.bench.gate import EFFECTS, METHODS, SETTINGS, cli
+from trm_bench.gate import EFFECTS, METHODS, SETTINGS, cli
 
 
 def test_bench_json_contract() -> None:

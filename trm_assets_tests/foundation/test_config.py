@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from trm_assets.harness.config import (
+from trm_assets.harness.data.config import (
     ConfigError,
     RunConfig,
     check_against_data,
     load_config,
     parse_set_overrides,
 )
-from trm_assets.harness.settings import Settings
+from trm_assets.llm.settings import Settings
 
 
 def _yaml(tmp_path: Path, text: str) -> Path:

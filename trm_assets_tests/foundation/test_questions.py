@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from trm_assets.harness.questions import (
+from trm_assets.harness.data.questions import (
     QuestionFormatError,
     QuestionSummary,
     load_questions,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trm_assets.harness.validate import _materialize
+from trm_assets.harness.loop.gate import _materialize
 
 
 def test_candidate_materialization_removes_dirs_left_by_a_killed_gate(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from trm_assets.agent.loop import rollout_seed
 from trm_assets.agent.messages import SkillNotFoundError
 from trm_assets.agent.tools import Toolbox, ToolPackError
 from trm_assets.domain.question import Question
-from trm_assets.harness.inference import InferenceProgress, InferenceResult, run_inference
-from trm_assets.harness.runlog import RunLog
+from trm_assets.harness.loop.rollouts import InferenceProgress, InferenceResult, run_inference
+from trm_assets.harness.storage.runlog import RunLog
 from trm_assets.llm.protocol import ChatResponse, InfraError, Message
 from trm_assets_tests.agent.fixtures import (
     REPO,
@@ -190,7 +190,7 @@ needs_smoke = pytest.mark.skipif(
 
 def _smoke() -> tuple[list[Question], Toolbox, dict[str, str], Any]:
     from trm_assets.agent.tree import load_trees
-    from trm_assets.harness.questions import load_questions
+    from trm_assets.harness.data.questions import load_questions
     from trm_assets.llm.sim.world import load_world
 
     qs = load_questions(SMOKE / "questions.json")

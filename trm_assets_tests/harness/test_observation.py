@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from trm_assets.harness.observation import read_rows, write_rows
-from trm_assets.harness.runlog import RunLog
+from trm_assets.harness.storage.observation import read_rows, write_rows
+from trm_assets.harness.storage.runlog import RunLog
 
 
 def _block_row(block: int, verdict: str, **extra: object) -> dict[str, object]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from trm_assets.harness.runlog import (
+from trm_assets.harness.storage.runlog import (
     DDL,
     FLAG_VALIDATION,
     RunLog,
@@ -208,7 +208,7 @@ def test_reader_in_another_process_gets_a_retryable_busy_error(tmp_path: Path) -
             textwrap.dedent(
                 f"""
                 import sys, time
-                from trm_assets.harness.runlog import RunLog
+                from trm_assets.harness.storage.runlog import RunLog
                 log = RunLog.open({str(path)!r})
                 print("ready", flush=True)
                 sys.stdin.readline()

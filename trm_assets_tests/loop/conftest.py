@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from trm_assets.harness.config import RunConfig
-from trm_assets.harness.context import LoopContext, loop_context
-from trm_assets.harness.plan import Action
-from trm_assets.harness.runner import train
+from trm_assets.harness.data.config import RunConfig
+from trm_assets.harness.loop.context import LoopContext, loop_context
+from trm_assets.harness.loop.plan import Action
+from trm_assets.harness.loop.runner import train
+from trm_assets.llm.factory import build_providers
 from trm_assets_tests.tiny import (  # noqa: F401 - re-exported for the test modules
     REPO,
     SMOKE_CONFIG,
@@ -27,7 +28,7 @@ from trm_assets_tests.tiny import (  # noqa: F401 - re-exported for the test mod
 def run_to_end(
     ws: Path, cfg: RunConfig, on_unit: Callable[[LoopContext, Action], None] | None = None
 ) -> None:
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         hook = (lambda a: on_unit(ctx, a)) if on_unit is not None else None
         train(ctx, on_unit=hook)
 

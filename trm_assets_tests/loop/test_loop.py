@@ -70,6 +70,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from trm_assets.cli.init import init_cmd
+from trm_assets.cli.train import report_cmd, report_data, train_cmd
 from trm_assets.domain.baseline_cache import (
     LADDER_DRAW,
     BaselineKey,
@@ -83,22 +85,22 @@ from trm_assets.domain.gate import NOT_VERIFIED, VERIFIED_HARMFUL
 from trm_assets.domain.ladder import new_ladder, update_ladder
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, skill_file_name
 from trm_assets.evolution.types import EvolutionRecord, text_hash
-from trm_assets.harness import baseline_cache_store as bcs
-from trm_assets.harness import validate as validate_mod
-from trm_assets.harness.budget import estimate
-from trm_assets.harness.config import load_config
-from trm_assets.harness.context import LoopContext, loop_context
-from trm_assets.harness.dataset import load_dataset
-from trm_assets.harness.init_cli import init_cmd
-from trm_assets.harness.ladder_store import load_ladder, save_ladder
-from trm_assets.harness.observation import read_rows, write_rows
-from trm_assets.harness.plan import Action, Progress, next_action
-from trm_assets.harness.pools_io import build_pools
-from trm_assets.harness.providers import ProviderConfigError, build_providers
-from trm_assets.harness.runlog import RunLogReader
-from trm_assets.harness.settings import Settings
-from trm_assets.harness.slow_update import ladder_sources, record_dual_metric
-from trm_assets.harness.state import (
+from trm_assets.harness.data.config import load_config
+from trm_assets.harness.data.dataset import load_dataset
+from trm_assets.harness.loop import gate as validate_mod
+from trm_assets.harness.loop.budget import estimate
+from trm_assets.harness.loop.context import LoopContext, loop_context
+from trm_assets.harness.loop.gate import GateRequest, ValidationOutcome, validate_candidate_skill
+from trm_assets.harness.loop.plan import Action, Progress, next_action
+from trm_assets.harness.loop.slow_update import ladder_sources, record_dual_metric
+from trm_assets.harness.loop.step import (
+    apply_accept,
+    apply_reject,
+    begin_epoch,
+    initialize_training,
+)
+from trm_assets.harness.storage import cache_store as bcs
+from trm_assets.harness.storage.checkpoint import (
     STATE_KEYS,
     CheckpointError,
     ConfigDriftWarning,
@@ -107,11 +109,14 @@ from trm_assets.harness.state import (
     state_from_dict,
     state_to_dict,
 )
-from trm_assets.harness.step import apply_accept, apply_reject, begin_epoch, initialize_training
-from trm_assets.harness.store import read_meta, read_version_files
-from trm_assets.harness.train_cli import report_cmd, report_data, train_cmd
-from trm_assets.harness.validate import GateRequest, ValidationOutcome, validate_candidate_skill
-from trm_assets.harness.workspace import read_manifest
+from trm_assets.harness.storage.ladder_store import load_ladder, save_ladder
+from trm_assets.harness.storage.observation import read_rows, write_rows
+from trm_assets.harness.storage.pools import build_pools
+from trm_assets.harness.storage.runlog import RunLogReader
+from trm_assets.harness.storage.versions import read_meta, read_version_files
+from trm_assets.harness.storage.workspace import read_manifest
+from trm_assets.llm.factory import ProviderConfigError, build_providers
+from trm_assets.llm.settings import Settings
 from trm_assets_tests.loop.conftest import (
     SMOKE_CONFIG,
     digest,
@@ -176,7 +181,7 @@ def _fresh_ctx(tmp_path: Path, *extra: str) -> tuple[Path, Any]:
 
 def test_begin_epoch_batches_are_seeded_and_mixed(tmp_path: Path) -> None:
     ws, cfg = _fresh_ctx(tmp_path)
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         diag = list(ctx.pools.diagnosis)
         wrong = set(diag[::3])
         state = new_state(cfg)
@@ -199,7 +204,7 @@ def test_begin_epoch_batches_are_seeded_and_mixed(tmp_path: Path) -> None:
 
 def test_ladder_store_roundtrip_and_mismatch_raises(tmp_path: Path) -> None:
     ws, cfg = _fresh_ctx(tmp_path)
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         tasks = {q: ctx.questions[q].task_type for q in ctx.pools.validation}
         params = ctx.ladder_params()
     ladder = update_ladder(new_ladder(tasks, params), "train_init", dict.fromkeys(tasks, True))
@@ -231,7 +236,9 @@ def test_ladder_refresh_uses_exactly_three_sources(tiny_run: tuple[Path, list[Pa
         gate_runs = reader.run_ids(glob="train_e1_s*_gate_*")
     assert gate_runs, "the glob would match gate runs without the exclusion"
     cfg = tiny_config()
-    with loop_context(ws, cfg) as ctx:  # a reverted R2 is never a source
+    with loop_context(
+        ws, cfg, build_providers(cfg.provider_spec())
+    ) as ctx:  # a reverted R2 is never a source
         assert "train_e1_R2" not in ladder_sources(ctx, 1, r2_kept=False)
         best = read_manifest(ws).best
         assert best is not None and "_test_" not in str(best.run_id)  # test never decides
@@ -276,7 +283,7 @@ def test_validation_block_barrier_cache_and_cleanup(
         return await real(questions, **kw)
 
     monkeypatch.setattr(validate_mod, "run_inference", spy)
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         tt = _biggest_type(ctx)
         req = _request(ctx, tt, "t_e0_s0_gate_x", "read every caption twice")
         out = asyncio.run(validate_candidate_skill(ctx, req))
@@ -351,7 +358,7 @@ def test_gate_evidence_rows_per_question_and_block(tiny_run: tuple[Path, list[Pa
 @pytest.mark.parametrize("policy", ["accept_all", "minibatch_sum", "full_val_point", "ce_gate"])
 def test_gate_policies_share_all_but_the_decision(tmp_path: Path, policy: str) -> None:
     ws, cfg = _fresh_ctx(tmp_path, f"gate_policy={policy}")
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         tt = _biggest_type(ctx)
         req = _request(ctx, tt, f"p_gate_{policy}", "check the subtitles first")
         out = asyncio.run(validate_candidate_skill(ctx, req))
@@ -418,7 +425,7 @@ EDITS = [
 
 def test_accept_semantics(tmp_path: Path) -> None:
     ws, cfg = _fresh_ctx(tmp_path)
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         state = initialize_training(ctx)
         tt = _biggest_type(ctx)
         name = skill_file_name(tt)
@@ -453,7 +460,7 @@ def test_accept_semantics(tmp_path: Path) -> None:
 
 def test_reject_and_abort_semantics(tmp_path: Path) -> None:
     ws, cfg = _fresh_ctx(tmp_path, "gate_cooldown_steps=2")
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         state = new_state(cfg)
         tt = _biggest_type(ctx)
         name = skill_file_name(tt)
@@ -478,7 +485,7 @@ def test_reject_and_abort_semantics(tmp_path: Path) -> None:
 
 def test_slow_update_refuses_out_of_order(tmp_path: Path) -> None:
     ws, cfg = _fresh_ctx(tmp_path)
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         initialize_training(ctx)
         with pytest.raises(CheckpointError, match="step \\(epoch 0, step 0\\)"):
             record_dual_metric(ctx, 0)
@@ -587,7 +594,7 @@ def test_kill_mid_unit_and_resume_is_identical(
     monkeypatch: pytest.MonkeyPatch,
     where: str,
 ) -> None:
-    from trm_assets.harness import slow_update, step
+    from trm_assets.harness.loop import slow_update, step
 
     reference = digest(tiny_run[0])
     cfg = tiny_config()
@@ -637,7 +644,7 @@ def test_observation_null_scores_and_idempotent(tiny_run: tuple[Path, list[Path]
     holdout = read_rows(ws / "runs.duckdb", "holdout_eval")
     assert {r["label"] for r in holdout} == {"seed", "epoch_start", "current", "best"}
     cfg = tiny_config()
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         row = {k: rows[0][k] for k in rows[0]}
         write_rows(ctx.log, "dual_metric_eval", [row])
         write_rows(ctx.log, "dual_metric_eval", [row])
@@ -656,10 +663,12 @@ def test_dry_run_warns_when_no_gate_can_accept() -> None:
 def test_providers_openai_needs_a_base_url() -> None:
     cfg = tiny_config("llm_provider=openai", "agent_model=m", "evolve_model=m")
     with pytest.raises(ProviderConfigError, match="TRM_LLM_BASE_URL"):
-        build_providers(cfg, Settings(_env_file=None, base_url=None))  # type: ignore[call-arg]
-    p = build_providers(cfg, Settings(_env_file=None, base_url="http://127.0.0.1:9/v1"))  # type: ignore[call-arg]
-    assert not p.simulated and p.world is None and p.agent.model == "m"
-    assert build_providers(tiny_config()).simulated
+        build_providers(cfg.provider_spec(), Settings(_env_file=None, base_url=None))  # type: ignore[call-arg]
+    p = build_providers(
+        cfg.provider_spec(), Settings(_env_file=None, base_url="http://127.0.0.1:9/v1")
+    )  # type: ignore[call-arg]
+    assert not p.simulated and p.oracle is None and p.agent.model == "m"
+    assert build_providers(tiny_config().provider_spec()).simulated
 
 
 # ------------------------------------------------------------------------------------------------

@@ -24,14 +24,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from trm_assets.cli.init import init_cmd
+from trm_assets.cli.train import train_cmd
 from trm_assets.domain.edit_schema import EditProposal
 from trm_assets.domain.edits import UnsafeSkillPathError, resolve_skill_file
 from trm_assets.evolution.calls import parse_json_reply
-from trm_assets.harness.config import config_to_yaml
-from trm_assets.harness.context import loop_context
-from trm_assets.harness.init_cli import init_cmd
-from trm_assets.harness.runner import train
-from trm_assets.harness.train_cli import train_cmd
+from trm_assets.harness.data.config import config_to_yaml
+from trm_assets.harness.loop.context import loop_context
+from trm_assets.harness.loop.runner import train
+from trm_assets.llm.factory import build_providers
 from trm_assets_tests.reliability.conftest import (
     REPO,
     new_workspace,
@@ -59,7 +60,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Base:
     root = tmp_path_factory.mktemp("corpus")
     cfg = tiny_config()
     ws = new_workspace(root / "ws", cfg)
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         train(ctx, max_units=2)
     mp.undo()
     return Base(ws, yaml.safe_load(config_to_yaml(cfg)))
@@ -415,7 +416,7 @@ def _evolve_with_malformed_replies(env: Env) -> str:
     ``malformed`` record, no edit, nothing written."""
     from trm_assets.evolution.evolve import evolve_single_skill, load_evolve_prompts
     from trm_assets.evolution.types import SkillCasePack
-    from trm_assets.harness.workspace import prompt_store, resolve_paths, skill_store
+    from trm_assets.harness.storage.workspace import prompt_store, resolve_paths, skill_store
     from trm_assets.llm.protocol import ChatResponse, Usage
 
     class Scripted:

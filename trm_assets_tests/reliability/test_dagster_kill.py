@@ -16,7 +16,6 @@ from pathlib import Path
 
 import dagster as dg
 
-from trm_assets.bench.reliability import dagster_args
 from trm_assets.defs.resources import TrmResource
 from trm_assets.defs.sensors import epoch_sensor
 from trm_assets_tests.reliability.conftest import (
@@ -27,6 +26,7 @@ from trm_assets_tests.reliability.conftest import (
     new_workspace,
     tiny_config,
 )
+from trm_bench.reliability import dagster_args
 
 
 def _kill_inside_a_dagster_run(ws: Path, home: Path) -> None:

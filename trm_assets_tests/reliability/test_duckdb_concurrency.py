@@ -15,10 +15,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from trm_assets.bench.reliability import train_args
-from trm_assets.harness import audit, lineage
-from trm_assets.harness.runlog import RunLog, RunLogBusyError, RunLogReader
-from trm_assets.harness.train_cli import report_cmd
+from trm_assets.cli.train import report_cmd
+from trm_assets.harness.reports import audit, lineage
+from trm_assets.harness.storage.runlog import RunLog, RunLogBusyError, RunLogReader
 from trm_assets_tests.reliability.conftest import (
     REPO,
     SMOKE_CONFIG,
@@ -27,9 +26,10 @@ from trm_assets_tests.reliability.conftest import (
     new_workspace,
     tiny_config,
 )
+from trm_bench.reliability import train_args
 
 _HOLD_READER = (
-    "import sys, time; from trm_assets.harness.runlog import RunLogReader; "
+    "import sys, time; from trm_assets.harness.storage.runlog import RunLogReader; "
     "r = RunLogReader.open(sys.argv[1]); print('open', flush=True); time.sleep(float(sys.argv[2]));"
     " r.close()"
 )
@@ -120,7 +120,7 @@ def test_reader_of_a_locked_file_raises_a_clear_retryable_error(tmp_path: Path) 
     db = tmp_path / "runs.duckdb"
     RunLog.open(db).close()
     hold_writer = (
-        "import sys, time; from trm_assets.harness.runlog import RunLog; "
+        "import sys, time; from trm_assets.harness.storage.runlog import RunLog; "
         "w = RunLog.open(sys.argv[1]); print('open', flush=True); time.sleep(20); w.close()"
     )
     holder = subprocess.Popen(

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from trm_assets.bench.reliability import (
+from trm_assets.llm.factory import build_providers
+from trm_assets_tests.reliability.conftest import TINY
+from trm_bench.reliability import (
     cli,
     digest_differences,
     final_digest,
@@ -20,7 +22,6 @@ from trm_assets.bench.reliability import (
     kill_points,
     leftover_paths,
 )
-from trm_assets_tests.reliability.conftest import TINY
 
 
 def test_kill_points_are_seeded_and_stratified() -> None:
@@ -55,13 +56,13 @@ def test_kill_anywhere_and_resume_is_identical(tmp_path: Path) -> None:
 def test_digest_ignores_only_wall_clock_times(tmp_path: Path) -> None:
     """What the comparison excludes: ``created_at`` of a version's meta and DuckDB wall-clock
     columns. Anything else — a skill byte, a leftover temp file — is a difference."""
-    from trm_assets.harness.context import loop_context
-    from trm_assets.harness.runner import train
+    from trm_assets.harness.loop.context import loop_context
+    from trm_assets.harness.loop.runner import train
     from trm_assets_tests.reliability.conftest import new_workspace, tiny_config
 
     cfg = tiny_config()
     ws = new_workspace(tmp_path / "ws", cfg)
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         train(ctx, max_units=2)
     ref = final_digest(ws)
     other = tmp_path / "copy"
@@ -86,14 +87,14 @@ class _Killed(BaseException):
 def test_kill_between_two_holdout_evaluations_resumes_identically(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trm_assets.harness import slow_update
-    from trm_assets.harness.context import loop_context
-    from trm_assets.harness.runner import train
+    from trm_assets.harness.loop import slow_update
+    from trm_assets.harness.loop.context import loop_context
+    from trm_assets.harness.loop.runner import train
     from trm_assets_tests.reliability.conftest import new_workspace, tiny_config
 
     cfg = tiny_config()
     ref = new_workspace(tmp_path / "ref", cfg)
-    with loop_context(ref, cfg) as ctx:
+    with loop_context(ref, cfg, build_providers(cfg.provider_spec())) as ctx:
         train(ctx)
     ws = new_workspace(tmp_path / "ws", cfg)
     real = slow_update.holdout_accuracy
@@ -106,10 +107,10 @@ def test_kill_between_two_holdout_evaluations_resumes_identically(
         return real(ctx, state, scope, skills, prompts)
 
     monkeypatch.setattr(slow_update, "holdout_accuracy", first_then_die)
-    with pytest.raises(_Killed), loop_context(ws, cfg) as ctx:
+    with pytest.raises(_Killed), loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         train(ctx)
     monkeypatch.undo()
     assert calls  # killed inside function 9, after one held-out run was recorded
-    with loop_context(ws, cfg) as ctx:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         train(ctx)
     assert digest_differences(final_digest(ref), final_digest(ws)) == []

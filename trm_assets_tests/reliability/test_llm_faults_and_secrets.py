@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from trm_assets.bench.reliability import train_args
-from trm_assets.harness.runlog import RunLogReader
+from trm_assets.harness.storage.runlog import RunLogReader
 from trm_assets_tests.reliability.conftest import (
     REPO,
     SMOKE_CONFIG,
@@ -29,6 +28,7 @@ from trm_assets_tests.reliability.conftest import (
     sim_server,
     tiny_config,
 )
+from trm_bench.reliability import train_args
 
 FAKE_KEY = "sk-trm-FAKE-9f3c1d2e7a5b4c6d8e0f-do-not-leak"
 OPENAI = (*TINY, "llm_provider=openai", "concurrency=8")

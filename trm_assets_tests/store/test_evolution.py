@@ -30,8 +30,8 @@ from trm_assets.evolution.types import (
     ToolCasePack,
     to_jsonable,
 )
-from trm_assets.harness.questions import load_questions
-from trm_assets.harness.workspace import (
+from trm_assets.harness.data.questions import load_questions
+from trm_assets.harness.storage.workspace import (
     init_workspace,
     prompt_store,
     resolve_paths,

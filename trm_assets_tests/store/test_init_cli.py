@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from trm_assets.harness import store
-from trm_assets.harness.init_cli import init_cmd
-from trm_assets.harness.workspace import default_prompts_dir, read_manifest, resolve_paths
+from trm_assets.cli.init import init_cmd
+from trm_assets.harness.storage import versions as store
+from trm_assets.harness.storage.workspace import default_prompts_dir, read_manifest, resolve_paths
 
 
 @pytest.fixture

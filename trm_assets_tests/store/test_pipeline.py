@@ -13,11 +13,11 @@ from trm_assets.agent.tools import Toolbox
 from trm_assets.agent.tree import load_trees
 from trm_assets.evolution.diagnosis import load_diagnose_prompts, run_diagnosis
 from trm_assets.evolution.evolve import evolve_single_skill, load_evolve_prompts
-from trm_assets.harness import store
-from trm_assets.harness.inference import run_inference
-from trm_assets.harness.questions import load_questions
-from trm_assets.harness.runlog import RunLog, RunLogReader
-from trm_assets.harness.workspace import (
+from trm_assets.harness.data.questions import load_questions
+from trm_assets.harness.loop.rollouts import run_inference
+from trm_assets.harness.storage import versions as store
+from trm_assets.harness.storage.runlog import RunLog, RunLogReader
+from trm_assets.harness.storage.workspace import (
     advance_current,
     init_workspace,
     init_workspace_from_seed,

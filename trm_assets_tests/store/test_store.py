@@ -8,9 +8,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from trm_assets.harness import store
-from trm_assets.harness.runlog import RunLog
-from trm_assets.harness.store import (
+from trm_assets.harness.storage import versions as store
+from trm_assets.harness.storage.runlog import RunLog
+from trm_assets.harness.storage.versions import (
     META_FILE,
     StoreError,
     advance_version,
@@ -105,7 +105,7 @@ def test_missing_parent_is_an_error_naming_known_versions(tmp_path: Path) -> Non
 
 
 def _run_db(path: Path, runs: list[tuple[str, str | None, str | None]]) -> None:
-    """A run log written with the real writer (schema of trm_assets.harness.runlog)."""
+    """A run log written with the real writer (schema of trm_assets.harness.storage.runlog)."""
     with RunLog.open(path) as log:
         for run_id, sv, pv in runs:
             log.begin_run(

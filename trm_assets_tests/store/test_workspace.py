@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from trm_assets.evolution.protocols import PromptStore, SkillStore
-from trm_assets.harness import store, workspace
-from trm_assets.harness.workspace import (
+from trm_assets.harness.storage import versions as store
+from trm_assets.harness.storage import workspace
+from trm_assets.harness.storage.workspace import (
     WorkspaceError,
     advance_current,
     init_workspace,

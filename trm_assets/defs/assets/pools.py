@@ -9,8 +9,8 @@ import dagster as dg
 
 from trm_assets.defs.resources import TrmResource
 from trm_assets.domain.pools import pools_from_dict
-from trm_assets.harness.dataset import load_dataset
-from trm_assets.harness.pools_io import build_or_load_pools, pools_summary
+from trm_assets.harness.data.dataset import load_dataset
+from trm_assets.harness.storage.pools import build_or_load_pools, pools_summary
 
 
 @dg.asset(group_name="data", kinds={"python"})

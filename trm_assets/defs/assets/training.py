@@ -21,15 +21,15 @@ from trm_assets.defs.partitions import (
     task_types,
 )
 from trm_assets.defs.resources import TrmResource
-from trm_assets.harness.baseline_cache_store import BaselineCacheStore
-from trm_assets.harness.lineage import (
+from trm_assets.harness.loop.plan import Action
+from trm_assets.harness.loop.units import run_epoch, run_unit
+from trm_assets.harness.reports.lineage import (
     epoch_eval_facts,
     load_state_dict,
     skill_facts,
     step_rows,
 )
-from trm_assets.harness.plan import Action
-from trm_assets.harness.units import run_epoch, run_unit
+from trm_assets.harness.storage.cache_store import BaselineCacheStore
 
 SIMULATED_NOTE = "SIMULATED world: synthetic data and a simulated model (see data/README.md)"
 

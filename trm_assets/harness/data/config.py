@@ -3,7 +3,7 @@
 Precedence: CLI ``--set key=value`` > environment / ``.env`` (``TRM_<FIELD>``, nested with
 ``__``: ``TRM_SIM__SEED=3``) > YAML file > defaults. Unknown keys are errors at every layer (a typo
 must not silently fall back to a default). Secrets and engineering settings are *not* here: see
-:mod:`trm_assets.harness.settings`.
+:mod:`trm_assets.llm.settings`.
 
 Validation layers (all problems are reported together, each with its dotted path, the value and
 the allowed range):
@@ -32,6 +32,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trm_assets.domain.errors import TrmError
+from trm_assets.llm.providers import ProviderSpec
 from trm_assets.llm.sim_config import SimConfig
 
 ENV_PREFIX = "TRM_"
@@ -151,6 +152,17 @@ class RunConfig(BaseModel):
 
     def effective_diagnose_model(self) -> str:
         return self.diagnose_model or self.evolve_model
+
+    def provider_spec(self) -> ProviderSpec:
+        """What :func:`trm_assets.llm.factory.build_providers` needs from the config."""
+        return ProviderSpec(
+            kind=self.llm_provider,
+            agent_model=self.agent_model,
+            evolve_model=self.evolve_model,
+            diagnose_model=self.effective_diagnose_model(),
+            ground_truth=self.ground_truth,
+            sim=self.sim,
+        )
 
 
 # Fields that change how fast a run goes, never what it decides. (`epochs` is decision-relevant:

@@ -10,7 +10,11 @@ from pathlib import Path
 from trm_assets.agent.tree import VideoTree, load_tree
 from trm_assets.domain.errors import DataFormatError
 from trm_assets.domain.question import Question
-from trm_assets.harness.questions import QUESTION_SUFFIXES, load_questions, strip_trailing_commas
+from trm_assets.harness.data.questions import (
+    QUESTION_SUFFIXES,
+    load_questions,
+    strip_trailing_commas,
+)
 
 # Files that live beside the data but are neither questions nor trees.
 SIDECAR_NAMES = {"ground_truth.json", "pools.json"}

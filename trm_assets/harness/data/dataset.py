@@ -8,8 +8,8 @@ from pathlib import Path
 from trm_assets.agent.tree import VideoTree, load_trees
 from trm_assets.domain.errors import DataFormatError
 from trm_assets.domain.question import Question
-from trm_assets.harness.config import RunConfig, check_against_data
-from trm_assets.harness.questions import load_questions, task_types_of
+from trm_assets.harness.data.config import RunConfig, check_against_data
+from trm_assets.harness.data.questions import load_questions, task_types_of
 
 
 @dataclass(frozen=True)

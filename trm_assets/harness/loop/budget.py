@@ -2,7 +2,8 @@
 warning when the configuration cannot reach a single gate decision.
 
 Phases (rollouts of the agent; every decision's actual rollouts and tokens are accounted in the
-state's ledger during the run, see :meth:`~trm_assets.harness.state.TrainState.charge`):
+state's ledger during the run, see
+:meth:`~trm_assets.harness.storage.checkpoint.TrainState.charge`):
 
 * ``step_rollouts`` — the epoch's batches (exact: the batches of epoch 0 are computed);
 * ``gates_max`` — every task type of every batch gated, each gate running to its maximum
@@ -31,10 +32,10 @@ from trm_assets.domain.gate import (
 )
 from trm_assets.domain.pools import Pools
 from trm_assets.domain.question import Question
-from trm_assets.harness.config import RunConfig
-from trm_assets.harness.context import gate_params_of
-from trm_assets.harness.seeds import rng_for
-from trm_assets.harness.validate import MINIBATCH_SIZE
+from trm_assets.harness.data.config import RunConfig
+from trm_assets.harness.data.rng import rng_for
+from trm_assets.harness.loop.context import gate_params_of
+from trm_assets.harness.loop.gate import MINIBATCH_SIZE
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """What every unit of training work needs, opened once per process: config, data, pools, models,
 tools, the workspace paths and the run log (SPEC 5; seed §15's ``Runner`` dependencies).
 
-A :class:`LoopContext` holds no training state (that is :mod:`trm_assets.harness.state`, on disk):
-a step or a slow-update function can run in a fresh process from the workspace and the config
-alone. ``ctx.paths`` is resolved again on every access because the current version moves.
+A :class:`LoopContext` holds no training state (that is
+:mod:`trm_assets.harness.storage.checkpoint`, on disk): a step or a slow-update function can run in
+a fresh process from the workspace and the config alone. ``ctx.paths`` is resolved again on every
+access because the current version moves.
 """
 
 from __future__ import annotations
@@ -24,19 +25,18 @@ from trm_assets.domain.ladder import LadderParams
 from trm_assets.domain.pools import Pools
 from trm_assets.domain.probation import ProbationParams
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, Question, skill_file_name
-from trm_assets.harness.config import RunConfig
-from trm_assets.harness.dataset import Dataset, load_dataset
-from trm_assets.harness.pools_io import build_or_load_pools
-from trm_assets.harness.providers import Providers, build_providers
-from trm_assets.harness.runlog import RunLog
-from trm_assets.harness.settings import Settings
-from trm_assets.harness.store import read_version_files
-from trm_assets.harness.workspace import (
+from trm_assets.harness.data.config import RunConfig
+from trm_assets.harness.data.dataset import Dataset, load_dataset
+from trm_assets.harness.storage.pools import build_or_load_pools
+from trm_assets.harness.storage.runlog import RunLog
+from trm_assets.harness.storage.versions import read_version_files
+from trm_assets.harness.storage.workspace import (
     ResolvedPaths,
     WorkspaceError,
     read_manifest,
     resolve_paths,
 )
+from trm_assets.llm.providers import Providers
 
 RUN_BASE = "train"  # run ids: train_init, train_e{E}_s{S}, train_e{E}_s{S}_gate_<skill>_base, …
 
@@ -163,18 +163,14 @@ class LoopContext:
         self, skills_version: str, prompts_version: str, qids: tuple[str, ...] | list[str]
     ) -> float | None:
         """The simulated world's noise-free expected accuracy of a version pair (None for a real
-        model: there is no oracle)."""
-        world = self.providers.world
-        if world is None or not qids:
+        model: there is no oracle). A report, never an input to a decision."""
+        oracle = self.providers.oracle
+        if oracle is None or not qids:
             return None
-        from trm_assets.llm.sim.oracle import expected_by_question
-
         prompts = self.agent_prompts(prompts_version)
-        probs = expected_by_question(
-            world,
-            qids,
+        probs = oracle.expected_by_question(
+            list(qids),
             self.skills(skills_version),
-            self.cfg.sim,
             system_prompt=prompts.system,
             tool_descriptions=[
                 prompts.tool_descriptions[k] for k in sorted(prompts.tool_descriptions)
@@ -201,10 +197,9 @@ def gate_params_of(cfg: RunConfig) -> GateParams:
     )
 
 
-def open_context(
-    workspace: str | Path, cfg: RunConfig, *, settings: Settings | None = None
-) -> LoopContext:
-    """Load everything a unit of work needs (the workspace must exist: ``trm init``)."""
+def open_context(workspace: str | Path, cfg: RunConfig, providers: Providers) -> LoopContext:
+    """Load everything a unit of work needs (the workspace must exist: ``trm init``). The model
+    clients come from the composition root (:func:`trm_assets.llm.factory.build_providers`)."""
     ws = Path(workspace)
     paths = resolve_paths(ws)
     ref = read_manifest(ws).questions_ref
@@ -216,15 +211,14 @@ def open_context(
         )
     dataset = load_dataset(cfg)
     pools = build_or_load_pools(cfg, dataset.questions, paths.pools)
-    providers = build_providers(cfg, settings)
     return LoopContext(ws, cfg, dataset, pools, providers, Toolbox(dataset.trees))
 
 
 @contextmanager
 def loop_context(
-    workspace: str | Path, cfg: RunConfig, *, settings: Settings | None = None
+    workspace: str | Path, cfg: RunConfig, providers: Providers
 ) -> Iterator[LoopContext]:
-    ctx = open_context(workspace, cfg, settings=settings)
+    ctx = open_context(workspace, cfg, providers)
     try:
         yield ctx
     finally:

@@ -51,13 +51,13 @@ from trm_assets.domain.gate import (
 )
 from trm_assets.domain.ladder import GATE_RUN_MARK
 from trm_assets.evolution.types import text_hash
-from trm_assets.harness.baseline_cache_store import BaselineCacheStore
-from trm_assets.harness.context import LoopContext
-from trm_assets.harness.inference import InferenceResult, run_inference
-from trm_assets.harness.observation import write_rows
-from trm_assets.harness.seeds import rng_for
-from trm_assets.harness.store import read_tree
-from trm_assets.harness.workspace import record_run
+from trm_assets.harness.data.rng import rng_for
+from trm_assets.harness.loop.context import LoopContext
+from trm_assets.harness.loop.rollouts import InferenceResult, run_inference
+from trm_assets.harness.storage.cache_store import BaselineCacheStore
+from trm_assets.harness.storage.observation import write_rows
+from trm_assets.harness.storage.versions import read_tree
+from trm_assets.harness.storage.workspace import record_run
 
 GatePolicy = Literal["ce_gate", "accept_all", "minibatch_sum", "full_val_point"]
 GATE_POLICIES: Final[tuple[str, ...]] = ("ce_gate", "accept_all", "minibatch_sum", "full_val_point")

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from trm_assets.harness.config import RunConfig
-    from trm_assets.harness.state import TrainState
+    from trm_assets.harness.data.config import RunConfig
+    from trm_assets.harness.storage.checkpoint import TrainState
 
 ActionKind = Literal["init", "step", "slow_update", "finalize", "done"]
 StopReason = Literal["", "completed", "early_stopped"]

@@ -25,7 +25,8 @@ Contract of :func:`run_inference` (seed §7; GATE.md §2):
   A bug (or a :class:`~trm_assets.llm.protocol.ProviderRequestError`: bad key, model,
   URL) cancels the other rollouts, writes the rows of the started ones as aborted and re-raises:
   it is not data. (Rollouts cancelled before they started have no row.)
-* Non-string evidence is stored as JSON text (:func:`~trm_assets.harness.runlog.to_text_field`).
+* Non-string evidence is stored as JSON text
+  (:func:`~trm_assets.harness.storage.runlog.to_text_field`).
 * The :class:`InferenceResult` is aggregated from memory, never re-read from the database.
 * Replicates: each question runs ``replicates`` times with replicate indices
   ``replicate_start … replicate_start + replicates - 1`` (or pass explicit ``(question, replicate)``
@@ -50,7 +51,7 @@ from trm_assets.agent.loop import STOP_ERROR, AgentLoop, AgentOutcome, rollout_s
 from trm_assets.agent.messages import SKILL_MODES, AgentPrompts, SkillMode, active_skill_files
 from trm_assets.agent.tools import Toolbox
 from trm_assets.domain.question import Question
-from trm_assets.harness.runlog import (
+from trm_assets.harness.storage.runlog import (
     FLAG_ANCHOR,
     FLAG_FRAME_HEALTH,
     FLAG_VALIDATION,

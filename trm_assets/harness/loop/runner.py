@@ -1,9 +1,9 @@
 """The thin orchestrator (fidelity #13, seed §15 ``Runner.train``): epoch → step → per-skill.
 
-It only asks :func:`~trm_assets.harness.plan.next_action` what comes next and calls the unit:
-``init`` (:func:`~trm_assets.harness.step.initialize_training`), a step
-(:func:`~trm_assets.harness.step.run_step`, per-skill gating inside), the ten slow-update
-functions (:mod:`trm_assets.harness.slow_update`), and :func:`finalize` (early stop or the last
+It only asks :func:`~trm_assets.harness.loop.plan.next_action` what comes next and calls the unit:
+``init`` (:func:`~trm_assets.harness.loop.step.initialize_training`), a step
+(:func:`~trm_assets.harness.loop.step.run_step`, per-skill gating inside), the ten slow-update
+functions (:mod:`trm_assets.harness.loop.slow_update`), and :func:`finalize` (early stop or the last
 epoch: deliver best — current ← best — and evaluate it on the test pool). Every unit checkpoints,
 so stopping between any two units and resuming ends exactly where an uninterrupted run ends.
 Budget (rollouts and tokens per phase) is accounted by the units into the state's ledger.
@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trm_assets.harness.context import LoopContext
-from trm_assets.harness.plan import Action, next_action, progress_of
-from trm_assets.harness.slow_update import SLOW_STEPS, holdout_accuracy, report_epoch
-from trm_assets.harness.state import TrainState, load_state, open_unit
-from trm_assets.harness.step import checkpoint, initialize_training, require_action, run_step
-from trm_assets.harness.workspace import read_best, update_current
+from trm_assets.harness.loop.context import LoopContext
+from trm_assets.harness.loop.plan import Action, next_action, progress_of
+from trm_assets.harness.loop.slow_update import SLOW_STEPS, holdout_accuracy, report_epoch
+from trm_assets.harness.loop.step import checkpoint, initialize_training, require_action, run_step
+from trm_assets.harness.storage.checkpoint import TrainState, load_state, open_unit
+from trm_assets.harness.storage.workspace import read_best, update_current
 
 Echo = Callable[[str], None]
 

@@ -50,13 +50,9 @@ from trm_assets.evolution.evolve import (
 )
 from trm_assets.evolution.momentum import update_momentum
 from trm_assets.evolution.types import text_hash
-from trm_assets.harness.context import LoopContext
-from trm_assets.harness.ladder_store import load_or_new_ladder, save_ladder
-from trm_assets.harness.observation import mixed_score, nullable_score, write_rows
-from trm_assets.harness.plan import Action
-from trm_assets.harness.runlog import RunLogReader
-from trm_assets.harness.state import TrainState, open_unit
-from trm_assets.harness.step import (
+from trm_assets.harness.loop.context import LoopContext
+from trm_assets.harness.loop.plan import Action
+from trm_assets.harness.loop.step import (
     charge_calls,
     charge_inference,
     checkpoint,
@@ -65,7 +61,11 @@ from trm_assets.harness.step import (
     require_action,
     sample_index,
 )
-from trm_assets.harness.workspace import (
+from trm_assets.harness.storage.checkpoint import TrainState, open_unit
+from trm_assets.harness.storage.ladder_store import load_or_new_ladder, save_ladder
+from trm_assets.harness.storage.observation import mixed_score, nullable_score, write_rows
+from trm_assets.harness.storage.runlog import RunLogReader
+from trm_assets.harness.storage.workspace import (
     advance_current,
     prompt_store,
     read_best,

@@ -41,14 +41,17 @@ from trm_assets.evolution.types import (
     merge_tool_packs,
     text_hash,
 )
-from trm_assets.harness.context import LoopContext
-from trm_assets.harness.inference import InferenceResult, run_inference
-from trm_assets.harness.ladder_store import load_or_new_ladder, save_ladder
-from trm_assets.harness.observation import write_rows
-from trm_assets.harness.plan import Action, next_action, progress_of
-from trm_assets.harness.runlog import RunLogReader
-from trm_assets.harness.seeds import rng_for
-from trm_assets.harness.state import (
+from trm_assets.harness.data.rng import rng_for
+from trm_assets.harness.loop.context import LoopContext
+from trm_assets.harness.loop.gate import (
+    NO_LADDER,
+    GateRequest,
+    ValidationOutcome,
+    validate_candidate_skill,
+)
+from trm_assets.harness.loop.plan import Action, next_action, progress_of
+from trm_assets.harness.loop.rollouts import InferenceResult, run_inference
+from trm_assets.harness.storage.checkpoint import (
     CheckpointError,
     Probation,
     TrainState,
@@ -57,13 +60,10 @@ from trm_assets.harness.state import (
     open_unit,
     save_state,
 )
-from trm_assets.harness.validate import (
-    NO_LADDER,
-    GateRequest,
-    ValidationOutcome,
-    validate_candidate_skill,
-)
-from trm_assets.harness.workspace import (
+from trm_assets.harness.storage.ladder_store import load_or_new_ladder, save_ladder
+from trm_assets.harness.storage.observation import write_rows
+from trm_assets.harness.storage.runlog import RunLogReader
+from trm_assets.harness.storage.workspace import (
     advance_current,
     prompt_store,
     read_best,

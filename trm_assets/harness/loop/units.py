@@ -1,6 +1,6 @@
 """Units of work as the Dagster layer sees them: ordering, idempotent re-runs, whole epochs.
 
-The planner (:mod:`trm_assets.harness.plan`) says what runs next; this module answers the
+The planner (:mod:`trm_assets.harness.loop.plan`) says what runs next; this module answers the
 questions a scheduler asks on top of it: has this unit already run, is it the next one, and "run
 everything that is left of epoch E" (materializing an epoch partition from the UI). Plain Python:
 the Dagster ops and assets call these functions.
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from trm_assets.harness.config import RunConfig
-from trm_assets.harness.context import LoopContext
-from trm_assets.harness.plan import N_SLOW_STEPS, Action
-from trm_assets.harness.runner import current_action, run_action
+from trm_assets.harness.data.config import RunConfig
+from trm_assets.harness.loop.context import LoopContext
+from trm_assets.harness.loop.plan import N_SLOW_STEPS, Action
+from trm_assets.harness.loop.runner import current_action, run_action
 
 UnitStatus = Literal["done", "next", "later"]
 Echo = Callable[[str], None]

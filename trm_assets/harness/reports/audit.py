@@ -9,8 +9,8 @@ from pathlib import Path
 
 from trm_assets.domain.baseline_cache import cache_from_dict
 from trm_assets.domain.edits import resolve_skill_file
-from trm_assets.harness.runlog import RunLogReader
-from trm_assets.harness.workspace import resolve_paths
+from trm_assets.harness.storage.runlog import RunLogReader
+from trm_assets.harness.storage.workspace import resolve_paths
 
 
 @dataclass

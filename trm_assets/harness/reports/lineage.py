@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from trm_assets.domain.question import skill_file_name
-from trm_assets.harness.runlog import RunLogReader
-from trm_assets.harness.state import state_from_dict
-from trm_assets.harness.store import read_meta, read_version_files
-from trm_assets.harness.workspace import read_manifest, store_roots
+from trm_assets.harness.storage.checkpoint import state_from_dict
+from trm_assets.harness.storage.runlog import RunLogReader
+from trm_assets.harness.storage.versions import read_meta, read_version_files
+from trm_assets.harness.storage.workspace import read_manifest, store_roots
 
 
 @dataclass(frozen=True)

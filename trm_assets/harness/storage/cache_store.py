@@ -23,7 +23,7 @@ from trm_assets.domain.baseline_cache import (
     lookup,
 )
 from trm_assets.domain.errors import DataFormatError
-from trm_assets.harness.atomic import atomic_write_json
+from trm_assets.harness.storage.atomic import atomic_write_json
 
 
 def _slug(task_type: str) -> str:

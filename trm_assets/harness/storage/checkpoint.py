@@ -32,10 +32,10 @@ from typing import Any, Final
 from trm_assets.domain.edits import RejectedEdit
 from trm_assets.domain.errors import TrmError
 from trm_assets.evolution.types import SystemCasePack, ToolCasePack, to_jsonable
-from trm_assets.harness.atomic import atomic_write_json
-from trm_assets.harness.config import RunConfig
-from trm_assets.harness.store import list_versions, parse_version
-from trm_assets.harness.workspace import (
+from trm_assets.harness.data.config import RunConfig
+from trm_assets.harness.storage.atomic import atomic_write_json
+from trm_assets.harness.storage.versions import list_versions, parse_version
+from trm_assets.harness.storage.workspace import (
     BestPointer,
     VersionPair,
     read_manifest,
@@ -301,7 +301,7 @@ def open_unit(
     """Load the checkpoint for a unit of work and roll the workspace back to it: versions,
     manifest pointers/history and baseline-cache entries (runs starting with ``run_prefix``)
     left by a previous attempt of this unit that was killed half-way."""
-    from trm_assets.harness.baseline_cache_store import purge_cache_runs
+    from trm_assets.harness.storage.cache_store import purge_cache_runs
 
     state = load_state(state_path, cfg)
     if state is None:

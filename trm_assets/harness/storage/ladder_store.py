@@ -21,7 +21,7 @@ from trm_assets.domain.ladder import (
     ladder_to_dict,
     new_ladder,
 )
-from trm_assets.harness.atomic import atomic_write_json
+from trm_assets.harness.storage.atomic import atomic_write_json
 
 
 def load_ladder(path: Path, validation: Mapping[str, str], params: LadderParams) -> Ladder | None:

@@ -29,7 +29,7 @@ from typing import Any, Final
 import duckdb
 import pandas as pd
 
-from trm_assets.harness.runlog import RunLog, RunLogReader
+from trm_assets.harness.storage.runlog import RunLog, RunLogReader
 
 OBS_DDL: Final[dict[str, str]] = {
     "gate_evidence": """

@@ -17,9 +17,9 @@ from trm_assets.domain.pools import (
     split_pools,
 )
 from trm_assets.domain.question import Question
-from trm_assets.harness.atomic import atomic_write_json
-from trm_assets.harness.config import RunConfig
-from trm_assets.harness.seeds import rng_for
+from trm_assets.harness.data.config import RunConfig
+from trm_assets.harness.data.rng import rng_for
+from trm_assets.harness.storage.atomic import atomic_write_json
 
 
 def build_pools(cfg: RunConfig, questions: tuple[Question, ...]) -> Pools:

@@ -9,7 +9,7 @@ Writing (SPEC §6, seed §4):
   (a shared DuckDB connection must not see concurrent statements);
 * **batched**: rollouts are buffered by :meth:`RunLog.add_rollout` and written in one transaction
   per :meth:`RunLog.flush` (automatically every ``batch_size`` rollouts is the caller's choice:
-  :func:`~trm_assets.harness.inference.run_inference` flushes off the event loop);
+  :func:`~trm_assets.harness.loop.rollouts.run_inference` flushes off the event loop);
 * **idempotent**: primary keys on every table. A prediction row that already exists is kept,
   except a pessimistic row (``stop_reason = 'error'``), which a later attempt of the same
   (run_id, question_id, replicate) overwrites together with its traces and flags

@@ -18,8 +18,8 @@ Layout (``docs/decision-store-layout.md``)::
     <version root>/v1/_meta.json, v1/<files…>, v2/…
     <seeds dir>/<name>/seed.json, skills/<files…>, prompts/<files…>, run.duckdb
 
-This module is the stable, cross-experiment infrastructure; :mod:`trm_assets.harness.workspace`
-builds on it (never the other way round).
+This module is the stable, cross-experiment infrastructure;
+:mod:`trm_assets.harness.storage.workspace` builds on it (never the other way round).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trm_assets.domain.errors import TrmError, describe_validation_error
 from trm_assets.evolution.types import text_hash
-from trm_assets.harness.atomic import atomic_write_json
+from trm_assets.harness.storage.atomic import atomic_write_json
 
 META_FILE = "_meta.json"
 SEED_FILE = "seed.json"
@@ -481,7 +481,7 @@ class EvalRunRecord:
 
 def read_eval_run(run_db: str | Path, run_id: str) -> EvalRunRecord:
     """The ``runs`` row of ``run_id``, read through the run log's read-only reader."""
-    from trm_assets.harness.runlog import RunLogReader
+    from trm_assets.harness.storage.runlog import RunLogReader
 
     with RunLogReader.open(run_db) as reader:
         try:
@@ -494,7 +494,7 @@ def read_eval_run(run_db: str | Path, run_id: str) -> EvalRunRecord:
     if missing:
         raise StoreError(
             f"{run_db}: table runs lacks column(s) {missing}; expected the run-log schema of "
-            "trm_assets.harness.runlog"
+            "trm_assets.harness.storage.runlog"
         )
 
     def text(key: str) -> str | None:
@@ -514,7 +514,7 @@ def extract_run_db(run_db: str | Path, run_id: str, out_db: str | Path) -> list[
     tables without one (``schema_info``) are metadata and are copied whole. Reads go through the
     run log's reader, so this works beside the process's own writer.
     """
-    from trm_assets.harness.runlog import RunLogReader
+    from trm_assets.harness.storage.runlog import RunLogReader
 
     out = Path(out_db)
     if out.exists():

@@ -5,7 +5,7 @@ Layout (``docs/decision-store-layout.md``)::
     <workspace>/
       manifest.json          current + best pointers, run history, questions ref, seed
       config.yaml            the resolved config the workspace was created with (informational)
-      store/skills/vN/       immutable skill versions (trm_assets.harness.store)
+      store/skills/vN/       immutable skill versions (trm_assets.harness.storage.versions)
       store/prompts/vN/      immutable prompt versions (agent system prompt, tools/, evolve prompts)
       runs/<run_id>/         one directory per recorded run
       runs.duckdb            the run log
@@ -32,8 +32,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from trm_assets.domain.edits import resolve_skill_file
 from trm_assets.domain.errors import TrmError, describe_validation_error
-from trm_assets.harness.atomic import atomic_write_json, atomic_write_text
-from trm_assets.harness.store import (
+from trm_assets.harness.storage.atomic import atomic_write_json, atomic_write_text
+from trm_assets.harness.storage.versions import (
     Seed,
     StoreError,
     VersionMeta,
@@ -61,7 +61,7 @@ class WorkspaceError(TrmError):
 
 def default_prompts_dir() -> Path:
     """The repository's ``prompts/`` (the product's prompt set: v1 of every fresh workspace)."""
-    return Path(__file__).resolve().parents[2] / "prompts"
+    return Path(__file__).resolve().parents[3] / "prompts"
 
 
 # ------------------------------------------------------------------------------------------------

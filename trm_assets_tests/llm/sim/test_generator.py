@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from trm_assets.agent.tree import load_tree, load_trees
-from trm_assets.harness.questions import load_questions
+from trm_assets.cli.sim import synth
+from trm_assets.harness.data.questions import load_questions
 from trm_assets.llm.sim.catalogue import TASK_TYPE_WEIGHTS, TASK_TYPES
-from trm_assets.llm.sim.cli import synth
 from trm_assets.llm.sim.generator import apportion
 from trm_assets.llm.sim.world import load_world
 

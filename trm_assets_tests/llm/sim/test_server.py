@@ -133,7 +133,7 @@ def _free_port() -> int:
 
 def test_sim_serve_command_answers_plain_http(tmp_path: object) -> None:
     port = _free_port()
-    code = "from trm_assets.llm.sim.cli import serve; serve()"
+    code = "from trm_assets.cli.sim import serve; serve()"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "--port", str(port), "--data", str(SMOKE)],
         cwd=REPO,
