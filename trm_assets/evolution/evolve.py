@@ -67,21 +67,32 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 
 def do_not_line(r: RejectedEdit) -> str:
-    """A verified-harmful edit as an instruction the model can follow."""
+    """A rejected edit as an instruction the model can follow, with the gate's verdict: a
+    verified-harmful edit is a "do not"; any other rejection was tested and not shown better
+    (GATE §4.3: never phrased as "verified ineffective"), so it is not worth proposing again."""
     where = f' in section "{r.section}"' if r.section else ""
     if r.op == "add":
-        return f'- Do not add "{_one_line(r.text)}"{where}.'
-    if r.op == "replace":
-        return f'- Do not replace "{_one_line(r.anchor or "")}" with "{_one_line(r.text)}"{where}.'
-    return f'- Do not delete "{_one_line(r.anchor or "")}"{where}.'
+        what = f'add "{_one_line(r.text)}"{where}'
+    elif r.op == "replace":
+        what = f'replace "{_one_line(r.anchor or "")}" with "{_one_line(r.text)}"{where}'
+    else:
+        what = f'delete "{_one_line(r.anchor or "")}"{where}'
+    if r.tag == VERIFIED_HARMFUL:
+        return f"- Do not {what} (verified harmful: {r.verdict}, W={r.wins} L={r.losses})."
+    return (
+        f"- Already tested, not shown to help ({r.verdict}, W={r.wins} L={r.losses}); "
+        f"do not propose again: {what}."
+    )
 
 
 def render_rejected(rejected: Iterable[RejectedEdit], target_file: str) -> str:
-    """The ``$rejected_edits`` block: verified-harmful entries of ``target_file`` only."""
+    """The ``$rejected_edits`` block: every rejected edit of ``target_file`` with its verdict,
+    verified-harmful ones first (issue 15: showing only REJECT_HARM let every other rejected edit
+    be proposed and re-tested again — one more α-level chance each time)."""
+    mine = [r for r in rejected if r.skill_file == target_file]
+    mine.sort(key=lambda r: r.tag != VERIFIED_HARMFUL)  # stable: harmful first, then in order
     lines: list[str] = []
-    for r in rejected:
-        if r.tag != VERIFIED_HARMFUL or r.skill_file != target_file:
-            continue
+    for r in mine:
         line = do_not_line(r)
         if line not in lines:
             lines.append(line)

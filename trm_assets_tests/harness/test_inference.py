@@ -223,6 +223,7 @@ def test_simulated_model_end_to_end_in_process_and_over_http(
                 max_steps=8,
                 skills=skills,
                 prompts=prompts(),
+                temperature=1.0,  # the default world's sampling agent: fresh draws per run id
             )
         )
 

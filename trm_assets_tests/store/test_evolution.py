@@ -309,7 +309,7 @@ def _rejected(skill_file: str, text: str, tag: str) -> RejectedEdit:
     return RejectedEdit(skill_file, "add", "Strategy", None, text, "r", "REJECT", tag, 1, 5)
 
 
-def test_prompt_shows_only_verified_harmful_rejections_as_do_not(
+def test_prompt_shows_every_rejection_of_the_file_with_its_verdict(
     ws: Path, questions: dict[str, Question]
 ) -> None:
     paths = resolve_paths(ws)
@@ -333,8 +333,14 @@ def test_prompt_shows_only_verified_harmful_rejections_as_do_not(
     )
     assert rec.status == "no_edit" and rec.detail == "the model proposed no edit"
     prompt = llm.requests[0][0][0]["content"]
-    assert '- Do not add "- Answer at once." in section "Strategy".' in prompt
-    assert "Maybe helpful" not in prompt and "Elsewhere" not in prompt
+    block = prompt.split("<rejected_edits>")[1].split("</rejected_edits>")[0].strip().splitlines()
+    assert block == [
+        '- Do not add "- Answer at once." in section "Strategy" (verified harmful: REJECT, '
+        "W=1 L=5).",
+        "- Already tested, not shown to help (REJECT, W=1 L=5); do not propose again: "
+        'add "- Maybe helpful." in section "Strategy".',
+    ]  # verified harmful first; another file's rejection is not shown
+    assert "Elsewhere" not in prompt
     assert "at most 3 edits" in prompt and "$" not in prompt.split("<cases>")[0]
     assert render_rejected([], name) == "(none)"
 

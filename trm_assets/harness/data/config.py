@@ -57,7 +57,8 @@ class ConfigError(TrmError, ValueError):
 class RunConfig(BaseModel):
     """All decision-relevant knobs of one experiment. Frozen: a run never mutates its config."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # allow_inf_nan=False: ``.inf``/``.nan`` pass a bound like ``>= 0`` and crash later (issue 18)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     # --- data and seeds -------------------------------------------------------------------------
     seed: int = _field(0, "any integer")
@@ -125,6 +126,13 @@ class RunConfig(BaseModel):
     concurrency: int = _field(8, "1..512", ge=1, le=512)
     max_agent_steps: int = _field(8, "1..64", ge=1, le=64)
     skill_mode: Literal["task", "all", "none"] = _field("task", "task | all | none")
+    agent_temperature: float | None = _field(
+        None,
+        "0..2, or null (the world's default: sim.agent_temperature with the simulator, 0 with a "
+        "real model)",
+        ge=0,
+        le=2,
+    )
 
     # --- models ---------------------------------------------------------------------------------
     llm_provider: Literal["sim", "openai"] = _field("sim", "sim | openai")
@@ -138,6 +146,13 @@ class RunConfig(BaseModel):
     @model_validator(mode="after")
     def _cross_field(self) -> RunConfig:
         problems = cross_field_problems(self)
+        if not self.fresh_draws() and self.gate_passes is not None and self.gate_passes > 1:
+            problems.append(
+                f"gate_passes: {self.gate_passes} replays identical pairs at agent temperature "
+                f"{self.effective_agent_temperature()} (deterministic decoding gives the same "
+                "answer to the same prompt, so a second pass adds no evidence but is counted as "
+                "if it did); use gate_passes: 1 (or null), or an agent_temperature > 0"
+            )
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -152,6 +167,17 @@ class RunConfig(BaseModel):
 
     def effective_diagnose_model(self) -> str:
         return self.diagnose_model or self.evolve_model
+
+    def effective_agent_temperature(self) -> float:
+        """The decoding temperature of every agent rollout (step, evaluations, gates)."""
+        if self.agent_temperature is not None:
+            return self.agent_temperature
+        return self.sim.agent_temperature if self.llm_provider == "sim" else 0.0
+
+    def fresh_draws(self) -> bool:
+        """Whether two rollouts of one prompt are independent draws (temperature > 0). At
+        temperature 0 a real server answers the same prompt the same way (GATE §6.3 R5)."""
+        return self.effective_agent_temperature() > 0
 
     def provider_spec(self) -> ProviderSpec:
         """What :func:`trm_assets.llm.factory.build_providers` needs from the config."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,6 +27,12 @@ from trm_assets.domain.probation import ProbationParams
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, Question, skill_file_name
 from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.data.dataset import Dataset, load_dataset
+from trm_assets.harness.loop.rollouts import (
+    InferenceProgress,
+    InferenceResult,
+    RolloutSpec,
+    run_inference,
+)
 from trm_assets.harness.storage.pools import build_or_load_pools
 from trm_assets.harness.storage.runlog import RunLog
 from trm_assets.harness.storage.versions import read_version_files
@@ -52,6 +58,7 @@ class LoopContext:
     providers: Providers
     toolbox: Toolbox
     base: str = RUN_BASE
+    progress: Callable[[InferenceProgress], None] | None = None  # inside every barrier
     _log: RunLog | None = field(default=None, repr=False)
 
     # -- workspace ------------------------------------------------------------------------------
@@ -115,7 +122,7 @@ class LoopContext:
             {
                 "provider": self.cfg.llm_provider,
                 "model": self.providers.agent.model,
-                "temperature": 0.0,
+                "temperature": self.cfg.effective_agent_temperature(),
                 "max_steps": self.cfg.max_agent_steps,
                 "skill_mode": self.cfg.skill_mode,
                 "others": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in others.items()},
@@ -123,6 +130,40 @@ class LoopContext:
             sort_keys=True,
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    # -- rollouts -------------------------------------------------------------------------------
+
+    async def rollouts(
+        self,
+        run_id: str,
+        specs: Sequence[RolloutSpec],
+        skills: Mapping[str, str],
+        prompts_version: str,
+        *,
+        kind: str,
+        skills_version: str | None,
+    ) -> InferenceResult:
+        """Every agent rollout of the loop goes through here: one binding of the rollout
+        parameters (model, tools, run log, concurrency, max steps, skill mode, temperature)."""
+        cfg = self.cfg
+        return await run_inference(
+            specs,
+            llm=self.providers.agent,
+            tools=self.toolbox,
+            log=self.log,
+            run_id=run_id,
+            concurrency=cfg.concurrency,
+            max_steps=cfg.max_agent_steps,
+            skill_mode=cfg.skill_mode,
+            skills=skills,
+            prompts=self.agent_prompts(prompts_version),
+            temperature=cfg.effective_agent_temperature(),
+            run_kind=kind,
+            skills_version=skills_version,
+            prompts_version=prompts_version,
+            questions_ref=self.dataset.questions_ref,
+            progress=self.progress,
+        )
 
     # -- parameters -----------------------------------------------------------------------------
 

@@ -53,7 +53,7 @@ from trm_assets.domain.ladder import GATE_RUN_MARK
 from trm_assets.evolution.types import text_hash
 from trm_assets.harness.data.rng import rng_for
 from trm_assets.harness.loop.context import LoopContext
-from trm_assets.harness.loop.rollouts import InferenceResult, run_inference
+from trm_assets.harness.loop.rollouts import InferenceResult
 from trm_assets.harness.storage.cache_store import BaselineCacheStore
 from trm_assets.harness.storage.observation import write_rows
 from trm_assets.harness.storage.versions import read_tree
@@ -312,21 +312,13 @@ async def _rollouts(
         kind=kind,
         use_current=False,
     )
-    return await run_inference(
+    return await ctx.rollouts(
+        run_id,
         [(ctx.questions[q], rep) for q, rep in positions],
-        llm=ctx.providers.agent,
-        tools=ctx.toolbox,
-        log=ctx.log,
-        run_id=run_id,
-        concurrency=ctx.cfg.concurrency,
-        max_steps=ctx.cfg.max_agent_steps,
-        skill_mode=ctx.cfg.skill_mode,
-        skills=skills,
-        prompts=ctx.agent_prompts(req.prompts_version),
-        run_kind=kind,
+        skills,
+        req.prompts_version,
+        kind=kind,
         skills_version=req.skills_version if kind == "gate_baseline" else None,
-        prompts_version=req.prompts_version,
-        questions_ref=ctx.dataset.questions_ref,
     )
 
 

@@ -50,7 +50,7 @@ from trm_assets.harness.loop.gate import (
     validate_candidate_skill,
 )
 from trm_assets.harness.loop.plan import Action, next_action, progress_of
-from trm_assets.harness.loop.rollouts import InferenceResult, run_inference
+from trm_assets.harness.loop.rollouts import InferenceResult
 from trm_assets.harness.storage.checkpoint import (
     CheckpointError,
     Probation,
@@ -152,22 +152,10 @@ async def evaluate(
         kind=kind,
         use_current=False,
     )
-    res = await run_inference(
-        list(questions),
-        llm=ctx.providers.agent,
-        tools=ctx.toolbox,
-        log=ctx.log,
-        run_id=run_id,
-        concurrency=ctx.cfg.concurrency,
-        max_steps=ctx.cfg.max_agent_steps,
-        skill_mode=ctx.cfg.skill_mode,
-        skills=ctx.skills(skills_version),
-        prompts=ctx.agent_prompts(prompts_version),
-        run_kind=kind,
-        skills_version=skills_version,
-        prompts_version=prompts_version,
-        questions_ref=ctx.dataset.questions_ref,
-    )
+    res = await ctx.rollouts(
+        run_id, list(questions), ctx.skills(skills_version), prompts_version,
+        kind=kind, skills_version=skills_version,
+    )  # fmt: skip
     return res  # run_inference recorded the versions and questions on the run's row
 
 
