@@ -84,7 +84,8 @@ def text_key(parts: tuple[str, ...]) -> str:
     return digest("instruction-text", *parts)
 
 
-def word_count(parts: Iterable[str]) -> int:
+@functools.lru_cache(maxsize=4096)
+def word_count(parts: tuple[str, ...]) -> int:
     """Words (runs of letters and digits) of normalized parts."""
     return sum(len(p.split()) for p in parts)
 
