@@ -3,8 +3,9 @@
 * :mod:`.generator` — ``trm data synth``: videos, trees, Video-MME-format questions, sidecar;
 * :mod:`.world` — the ground truth (:func:`load_world`, :class:`SimWorld`);
 * :mod:`.provider` — :class:`SimulatedProvider`, the ``LLMProvider`` of the simulator;
+* :mod:`.decoding` — temperature, per-text perturbation and context dilution (issue 15);
 * :mod:`.oracle` — expected and best achievable accuracy, computed analytically;
-* :mod:`.server` / :mod:`.cli` — ``trm sim-serve``, an OpenAI-compatible HTTP server.
+* :mod:`.server` — ``trm sim-serve``, an OpenAI-compatible HTTP server.
 
 Everything it produces is labelled SIMULATED.
 """

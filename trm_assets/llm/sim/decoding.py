@@ -63,7 +63,7 @@ def is_greedy(config: SimConfig, temperature: float | None) -> bool:
 # --- what the agent reads ------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)  # keys are whole prompt sets: bound the memory
 def _parts(texts: tuple[str, ...]) -> tuple[str, ...]:
     parts: list[str] = []
     for t in texts:
@@ -84,7 +84,7 @@ def text_key(parts: tuple[str, ...]) -> str:
     return digest("instruction-text", *parts)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)  # keys are whole prompt sets: bound the memory
 def word_count(parts: tuple[str, ...]) -> int:
     """Words (runs of letters and digits) of normalized parts."""
     return sum(len(p.split()) for p in parts)

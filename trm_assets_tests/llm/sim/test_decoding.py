@@ -22,6 +22,7 @@ from trm_assets.harness.data.questions import load_questions
 from trm_assets.llm.protocol import InfraError
 from trm_assets.llm.sim.agent import agent_draw
 from trm_assets.llm.sim.decoding import (
+    SeedPromptsError,
     flip_correlation,
     instruction_parts,
     perturbed_probability,
@@ -303,7 +304,7 @@ def test_two_neutral_rewordings_flip_the_knob_share_at_temperature_zero(
 # --- the length cost ------------------------------------------------------------------------------
 
 
-def test_seed_words_count_the_committed_prompt_set() -> None:
+def test_seed_words_count_the_committed_prompt_set(tmp_path: Path) -> None:
     tt = "OCR Problems"
     files = [
         PROMPTS / "agent_system.md",
@@ -313,6 +314,8 @@ def test_seed_words_count_the_committed_prompt_set() -> None:
     ]
     words = sum(len(normalize_text(p.read_text()).split()) for p in files)
     assert seed_words(tt) == words and words > 800
+    with pytest.raises(SeedPromptsError, match=r"sim\.length_cost=0"):
+        seed_words(tt, tmp_path)
 
 
 def test_the_length_cost_is_in_the_oracle_exactly(
