@@ -22,9 +22,14 @@ any other 4xx (400, 401, 403, 404, 422 …)         :class:`ProviderRequestError
                                                   the run, not be scored as data
 ================================================  ==========================================
 
-Secrets: the API key is a :class:`pydantic.SecretStr`, turned into an ``Authorization`` header
-per request and never stored elsewhere; ``repr``, log lines and exception messages show only
-whether a key is set, and any echo of the key in a server's error body is masked.
+Secrets (issue 18.2): the API key is a :class:`pydantic.SecretStr`, turned into an
+``Authorization`` header per request and never stored elsewhere; ``repr``, log lines and exception
+messages show only whether a key is set. Every string that leaves the provider — exception
+messages, retry log lines, the reply's text, tool calls and model name — goes through
+:func:`trm_assets.llm.redact.redact` with the key and the base URL's credentials as secrets:
+every fragment of >= 6 characters of a secret (also base64/percent-encoded) is masked *before*
+any cut to the excerpt length, and URL credentials (``http://user:KEY@host/v1``) are shown as
+``http://***@host/v1`` (:attr:`OpenAICompatProvider.base_url` is that redacted form).
 
 Concurrency: at most ``max_concurrency`` requests in flight per provider (an ``asyncio.Semaphore``
 per event loop; the provider can be reused across ``asyncio.run`` calls, each loop gets its own
@@ -34,15 +39,18 @@ connection pool and semaphore). Usage and cost are accumulated over the provider
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import random
+import ssl
 import threading
 import time
 import uuid
 import weakref
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 from pydantic import SecretStr
@@ -57,6 +65,7 @@ from trm_assets.llm.protocol import (
     ToolSpec,
     Usage,
 )
+from trm_assets.llm.redact import excerpt, redact, redact_url, url_secrets
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +127,7 @@ class OpenAICompatProvider:
         if not base_url or not base_url.startswith(("http://", "https://")):
             raise ValueError(
                 "base_url must be an http(s) URL such as http://127.0.0.1:8000/v1, "
-                f"got {base_url!r}"
+                f"got {redact_url(base_url)!r}"
             )
         if not model:
             raise ValueError("model must be a non-empty model name")
@@ -130,7 +139,17 @@ class OpenAICompatProvider:
                 f"(got {timeout_s}, {max_retries}, {max_concurrency})"
             )
         self._base_url = base_url.rstrip("/")
-        self._url = self._base_url + "/chat/completions"
+        # Credentials in the URL go to httpx as basic auth (what httpx does with a URL's userinfo)
+        # and out of the URL it requests and logs ("HTTP Request: POST <url>" at INFO).
+        self._auth, request_root = _split_userinfo(self._base_url)
+        self._url = request_root + "/chat/completions"
+        # What messages show: the URL without its credentials (issue 18.2).
+        self._shown_base_url = redact_url(self._base_url)
+        self._shown_url = self._shown_base_url + "/chat/completions"
+        self._secrets: tuple[str, ...] = (
+            *((api_key.get_secret_value(),) if api_key is not None else ()),
+            *url_secrets(self._base_url),
+        )
         self._model = model
         self._api_key = api_key
         self.timeout_s = float(timeout_s)
@@ -168,7 +187,8 @@ class OpenAICompatProvider:
 
     @property
     def base_url(self) -> str:
-        return self._base_url
+        """The API root as it may be shown: credentials in the URL replaced by ``***``."""
+        return self._shown_base_url
 
     @property
     def cost_usd(self) -> float | None:
@@ -194,7 +214,7 @@ class OpenAICompatProvider:
     def __repr__(self) -> str:
         key = "set" if self._api_key is not None else "unset"
         return (
-            f"OpenAICompatProvider(model={self._model!r}, base_url={self._base_url!r}, "
+            f"OpenAICompatProvider(model={self._model!r}, base_url={self._shown_base_url!r}, "
             f"api_key={key}, timeout_s={self.timeout_s}, max_retries={self.max_retries}, "
             f"max_concurrency={self.max_concurrency})"
         )
@@ -257,6 +277,8 @@ class OpenAICompatProvider:
                 limits=limits,
                 headers={"Content-Type": "application/json", "Accept": "application/json"},
                 follow_redirects=False,
+                verify=_ssl_context(),
+                auth=self._auth,
             )
             state = self._loops[loop] = _LoopState(client, self.max_concurrency)
         return state
@@ -267,11 +289,11 @@ class OpenAICompatProvider:
         return {"Authorization": "Bearer " + self._api_key.get_secret_value()}
 
     def _mask(self, text: str) -> str:
-        if self._api_key is not None:
-            secret = self._api_key.get_secret_value()
-            if secret:
-                text = text.replace(secret, "**********")
-        return text
+        """``text`` without any fragment of the key or of the URL's credentials."""
+        return redact(text, self._secrets)
+
+    def _infra(self, kind: str, message: str, *, status: int | None = None) -> InfraError:
+        return InfraError(kind, self._mask(message), status=status)
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         delay = float(min(self.backoff_max_s, self.backoff_base_s * (2**attempt)))
@@ -289,11 +311,16 @@ class OpenAICompatProvider:
             try:
                 resp = await client.post(self._url, content=payload, headers=self._headers())
             except httpx.TimeoutException:
-                last = InfraError(
-                    "timeout", f"no response from {self._url} within {self.timeout_s:g} s"
+                last = self._infra(
+                    "timeout", f"no response from {self._shown_url} within {self.timeout_s:g} s"
                 )
             except httpx.TransportError as e:  # connect errors, resets, protocol errors
-                last = InfraError("connection", f"{type(e).__name__} talking to {self._url}")
+                detail = excerpt(str(e), self._secrets, 200)
+                last = self._infra(
+                    "connection",
+                    f"{type(e).__name__} talking to {self._shown_url}"
+                    + (f" ({detail})" if detail else ""),
+                )
             else:
                 latency = time.perf_counter() - t0
                 status = resp.status_code
@@ -316,9 +343,9 @@ class OpenAICompatProvider:
                         return out
                 elif status >= 500 or status in RETRYABLE_STATUS:
                     retry_after = _retry_after(resp.headers.get("retry-after"))
-                    last = InfraError(
+                    last = self._infra(
                         "http_status",
-                        f"HTTP {status} from {self._url}: {self._excerpt(resp)}",
+                        f"HTTP {status} from {self._shown_url}: {self._excerpt(resp)}",
                         status=status,
                     )
                 else:
@@ -334,17 +361,15 @@ class OpenAICompatProvider:
         assert last is not None
         with self._lock:
             self._infra_errors += 1
-        raise InfraError(
+        raise self._infra(
             last.kind,
             f"{_strip_kind(last)} (gave up after {attempts} attempt(s))",
             status=last.status,
         )
 
     def _excerpt(self, resp: httpx.Response) -> str:
-        text = resp.text.strip().replace("\n", " ")
-        if len(text) > _BODY_EXCERPT:
-            text = text[:_BODY_EXCERPT] + "…"
-        return self._mask(text) or "(empty body)"
+        """The start of the body, masked before it is cut (issue 18.2), on one line."""
+        return excerpt(resp.text, self._secrets, _BODY_EXCERPT) or "(empty body)"
 
     def _request_error(self, resp: httpx.Response) -> ProviderRequestError:
         status = resp.status_code
@@ -352,26 +377,29 @@ class OpenAICompatProvider:
         lowered = body.lower()
         if status in (400, 413) and any(m in lowered for m in _CONTEXT_MARKERS):
             return ContextLengthExceeded(
-                f"HTTP {status} from {self._url}: the conversation exceeds the context window of "
-                f"model {self._model!r}: {body}",
+                self._mask(
+                    f"HTTP {status} from {self._shown_url}: the conversation exceeds the context "
+                    f"window of model {self._model!r}: {body}"
+                ),
                 status=status,
             )
         hint = {
             401: "the API key was rejected: check TRM_LLM_API_KEY",
             403: "the API key is not allowed to use this model or endpoint",
-            404: f"no such endpoint or model: check the base URL ({self._base_url}) and the "
+            404: f"no such endpoint or model: check the base URL ({self._shown_base_url}) and the "
             f"model name ({self._model!r})",
         }.get(status, "the server refused the request; it will not succeed on retry")
         return ProviderRequestError(
-            f"HTTP {status} from {self._url}: {hint}. Server said: {body}", status=status
+            self._mask(f"HTTP {status} from {self._shown_url}: {hint}. Server said: {body}"),
+            status=status,
         )
 
     def _parse(self, raw: bytes, latency: float) -> ChatResponse:
         try:
             data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise InfraError(
-                "invalid_response", f"{self._url} returned a body that is not JSON"
+            raise self._infra(
+                "invalid_response", f"{self._shown_url} returned a body that is not JSON"
             ) from None
         try:
             choice = data["choices"][0]
@@ -399,19 +427,39 @@ class OpenAICompatProvider:
             u = data.get("usage") or {}
             usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
         except (KeyError, IndexError, TypeError, ValueError) as e:
-            raise InfraError(
+            raise self._infra(
                 "invalid_response",
-                f"{self._url} returned JSON that is not a chat completion "
-                f"({type(e).__name__}: {e})",
+                f"{self._shown_url} returned JSON that is not a chat completion "
+                f"({type(e).__name__}: {excerpt(str(e), self._secrets, 200)})",
             ) from None
+        mask = self._mask
         return ChatResponse(
-            content=content,
-            tool_calls=tuple(calls),
+            content=mask(content) if content is not None else None,
+            tool_calls=tuple(
+                ToolCall(id=mask(c.id), name=mask(c.name), arguments=mask(c.arguments))
+                for c in calls
+            ),
             usage=usage,
-            model=str(data.get("model") or self._model),
-            finish_reason=str(choice.get("finish_reason") or "stop"),
+            model=mask(str(data.get("model") or self._model)),
+            finish_reason=mask(str(choice.get("finish_reason") or "stop")),
             latency_s=latency,
         )
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """httpx's default verifying context, built once: loading the CA bundle costs ≈ 0.1 s, paid
+    by every client otherwise (one per event loop, i.e. per ``asyncio.run``)."""
+    return httpx.create_ssl_context()
+
+
+def _split_userinfo(url: str) -> tuple[httpx.BasicAuth | None, str]:
+    """``(basic auth from the URL's user:password, the URL without them)``."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return None, url
+    auth = httpx.BasicAuth(unquote(parts.username or ""), unquote(parts.password or ""))
+    return auth, urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def _content_text(content: Any) -> str:
