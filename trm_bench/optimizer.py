@@ -32,7 +32,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Final
@@ -45,6 +45,7 @@ from trm_assets.llm.sim_config import ProposalMix
 from trm_bench.optimizer_run import (
     AA_NOOP,
     DEFAULT_CONFIG,
+    NOOP_TOLERANCE,
     RunSpec,
     execute_dict,
     resolve_config,
@@ -186,16 +187,27 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _is_null(gate: Mapping[str, Any]) -> bool:
+    return bool(gate["max_abs_question_delta"] <= NOOP_TOLERANCE or gate["delta"] <= NOOP_TOLERANCE)
+
+
 def summarize_aa(runs: Sequence[dict[str, Any]], alpha: float) -> dict[str, Any]:
-    """False-accept rate over decided no-op gates, with a 95% Wilson interval."""
+    """False-accept rate over decided null gates, with a 95% Wilson interval.
+
+    A null gate is a decided gate whose candidate is not better in expectation over its task
+    type's questions (oracle ``delta <= NOOP_TOLERANCE``): in the default world that is exactly
+    the no-op edits (every question's probability unchanged); in a world with text perturbation
+    (``sim.text_flip_rate``) and length cost a neutral rewording moves individual questions, and
+    is a null exactly when its type-level expected effect is not positive.
+    """
     gates = [g for r in runs for g in r["gates"]]
-    noop = [g for g in gates if g["decided"] and g["max_abs_question_delta"] <= 1e-12]
+    noop = [g for g in gates if g["decided"] and _is_null(g)]
     excluded = sum(1 for g in gates if g["decided"]) - len(noop)
     k = sum(1 for g in noop if g["action"] == "accept")
     lo, hi = wilson(k, len(noop))
     per_run = []
     for r in runs:
-        rn = [g for g in r["gates"] if g["decided"] and g["max_abs_question_delta"] <= 1e-12]
+        rn = [g for g in r["gates"] if g["decided"] and _is_null(g)]
         per_run.append(
             {
                 "seed": r["seed"],

@@ -3,9 +3,9 @@ rollout budget, observed with the simulated world's ground truth.
 
 What is observed, and how (nothing in the loop is modified):
 
-* **every gated proposal** — :func:`trm_assets.harness.loop.step.validate_candidate_skill` is
-  wrapped for the duration of the run (:class:`GateRecorder`); the wrapper passes the request and
-  the outcome through unchanged and records the candidate's ground truth: the oracle's expected
+* **every gated proposal** — :class:`GateRecorder` is a loop observer
+  (:class:`~trm_assets.harness.loop.observer.LoopObserver`): it sees each request and outcome
+  after the gate decided and records the candidate's ground truth: the oracle's expected
   accuracy of the candidate skill set minus the baseline's on every question of the edited task
   type (``docs/decision-bench-edit-ground-truth.md``);
 * **the trajectory** — after every unit of work (``init``, a step, one slow-update function) the
@@ -21,11 +21,10 @@ What is observed, and how (nothing in the loop is modified):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -33,11 +32,12 @@ from typing import Any, Final
 import yaml
 
 from trm_assets.harness.data.config import RunConfig, config_to_yaml, load_config
-from trm_assets.harness.loop import step as step_mod
 from trm_assets.harness.loop.context import LoopContext, loop_context
 from trm_assets.harness.loop.gate import NO_LADDER, GateRequest, ValidationOutcome
+from trm_assets.harness.loop.observer import LoopObserver
 from trm_assets.harness.loop.runner import current_action, run_action
 from trm_assets.harness.loop.slow_update import holdout_run_id
+from trm_assets.harness.loop.step import evaluate
 from trm_assets.harness.storage.checkpoint import TrainState, load_state
 from trm_assets.harness.storage.runlog import RunLogReader
 from trm_assets.harness.storage.workspace import init_workspace, read_manifest
@@ -263,29 +263,17 @@ def classify(delta: float) -> str:
 # observing the gate
 
 
-class GateRecorder:
-    """Wraps the step's call of the gate for one run; records each proposal's ground truth."""
+class GateRecorder(LoopObserver):
+    """Watches the gates of one run (the loop's observer seam); records each proposal's ground
+    truth."""
 
     def __init__(self, oracle: Oracle) -> None:
         self.oracle = oracle
         self.records: list[GateRecord] = []
         self.unit = 0
 
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[GateRecorder]:
-        original = step_mod.__dict__["validate_candidate_skill"]
-
-        async def recording(ctx: LoopContext, req: GateRequest, **kw: Any) -> ValidationOutcome:
-            outcome: ValidationOutcome = await original(ctx, req, **kw)
-            self.record(req, outcome)
-            return outcome
-
-        # the step module calls the gate through its module-level name: swap it for this run
-        step_mod.__dict__["validate_candidate_skill"] = recording
-        try:
-            yield self
-        finally:
-            step_mod.__dict__["validate_candidate_skill"] = original
+    def on_gate(self, req: GateRequest, outcome: ValidationOutcome) -> None:
+        self.record(req, outcome)
 
     def record(self, req: GateRequest, outcome: ValidationOutcome) -> None:
         qids = self.oracle.by_type.get(req.task_type, ())
@@ -350,7 +338,7 @@ def _observed_test(ctx: LoopContext, pair: tuple[str, str]) -> float | None:
     if row is not None and row.get("status") == "done" and row.get("accuracy") is not None:
         return float(row["accuracy"])
     res = asyncio.run(
-        step_mod.evaluate(
+        evaluate(
             ctx,
             f"bench_test_{pair[0]}_{pair[1]}",
             pair[0],
@@ -400,43 +388,41 @@ def _drive(ctx: LoopContext, spec: RunSpec) -> RunResult:
     ]
     epoch_ends: list[tuple[int, int]] = []  # (unit, surviving harmful gated edits)
     last_ok = 0  # the last unit within the budget
-    with recorder.installed():
-        unit = 0
-        while True:
-            action = current_action(ctx)
-            if action.kind in ("done", "finalize"):
-                break
-            unit += 1
-            recorder.unit = unit
-            run_action(ctx, action)
-            state = load_state(ctx.paths.state, ctx.cfg)
-            assert state is not None
-            rollouts, tokens = training_usage(state)
-            if rollouts > spec.budget:
-                break  # this unit is past the budget: discarded
-            last_ok = unit
-            cur, best = _pairs(ctx)
-            points.append(
-                Point(
-                    unit,
-                    action.describe(),
-                    action.epoch,
-                    rollouts,
-                    tokens,
-                    cur,
-                    best,
-                    oracle.test_expected(cur),
-                    oracle.test_expected(best),
-                )
+    ctx.observers = (*ctx.observers, recorder)
+    unit = 0
+    while True:
+        action = current_action(ctx)
+        if action.kind in ("done", "finalize"):
+            break
+        unit += 1
+        recorder.unit = unit
+        run_action(ctx, action)
+        state = load_state(ctx.paths.state, ctx.cfg)
+        assert state is not None
+        rollouts, tokens = training_usage(state)
+        if rollouts > spec.budget:
+            break  # this unit is past the budget: discarded
+        last_ok = unit
+        cur, best = _pairs(ctx)
+        points.append(
+            Point(
+                unit,
+                action.describe(),
+                action.epoch,
+                rollouts,
+                tokens,
+                cur,
+                best,
+                oracle.test_expected(cur),
+                oracle.test_expected(best),
             )
-            if action.kind == "slow_update" and action.slow_step == 10:
-                epoch_ends.append(
-                    (unit, surviving_harmful(recorder.records, ctx.skills(cur[0]), unit))
-                )
-            if spec.max_gates is not None:
-                decided = sum(1 for r in recorder.records if r.decided)
-                if decided >= spec.max_gates:
-                    break
+        )
+        if action.kind == "slow_update" and action.slow_step == 10:
+            epoch_ends.append((unit, surviving_harmful(recorder.records, ctx.skills(cur[0]), unit)))
+        if spec.max_gates is not None:
+            decided = sum(1 for r in recorder.records if r.decided)
+            if decided >= spec.max_gates:
+                break
     last = points[-1]
     delivered = last.best
     records = [r for r in recorder.records if r.unit <= last_ok]

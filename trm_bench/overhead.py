@@ -29,7 +29,6 @@ measured). Added time = median(mode) − median(direct).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -39,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -49,9 +48,8 @@ import yaml
 
 from trm_assets.domain.errors import TrmError
 from trm_assets.harness.data.config import RunConfig, config_to_yaml, load_config
-from trm_assets.harness.loop import gate as validate_mod
-from trm_assets.harness.loop import step as step_mod
 from trm_assets.harness.loop.context import loop_context
+from trm_assets.harness.loop.observer import LoopObserver
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.rollouts import InferenceResult
 from trm_assets.harness.loop.runner import current_action, run_action
@@ -121,8 +119,9 @@ def new_workspace(path: Path, cfg: RunConfig) -> Path:
 
 
 @dataclass
-class BarrierLog:
-    """Model calls per barrier (one ``run_inference`` call = one barrier)."""
+class BarrierLog(LoopObserver):
+    """Model calls per barrier (one ``run_inference`` call = one barrier), watched through the
+    loop's observer seam."""
 
     rollouts: list[tuple[int, ...]] = field(default_factory=list)  # calls per rollout, in order
 
@@ -131,26 +130,8 @@ class BarrierLog:
         if calls:
             self.rollouts.append(tuple(calls))
 
-
-@contextlib.contextmanager
-def observe_barriers(log: BarrierLog) -> Iterator[BarrierLog]:
-    """Wrap the two module-level references to ``run_inference`` the loop calls through
-    (the step/evaluation path and the gate); results pass through unchanged."""
-    modules = (step_mod, validate_mod)
-    originals = [m.__dict__["run_inference"] for m in modules]
-
-    async def wrapped(*args: Any, **kw: Any) -> InferenceResult:
-        res: InferenceResult = await originals[0](*args, **kw)
-        log.add(res)
-        return res
-
-    for m in modules:
-        m.__dict__["run_inference"] = wrapped
-    try:
-        yield log
-    finally:
-        for m, original in zip(modules, originals, strict=True):
-            m.__dict__["run_inference"] = original
+    def on_barrier(self, result: InferenceResult) -> None:
+        self.add(result)
 
 
 def _other_calls(budget: dict[str, dict[str, dict[str, int]]], scope: str) -> dict[str, int]:
@@ -246,16 +227,16 @@ def epoch_cell(
     log = BarrierLog()
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         run_action(ctx, current_action(ctx))  # init: untimed
-        with observe_barriers(log):
-            t0 = time.perf_counter()
-            while True:
-                action = current_action(ctx)
-                if action.kind != "step" and action.kind != "slow_update":
-                    break
-                run_action(ctx, action)
-                if action.kind == "slow_update" and action.slow_step == 10:
-                    break
-            wall = time.perf_counter() - t0
+        ctx.observers = (log,)
+        t0 = time.perf_counter()
+        while True:
+            action = current_action(ctx)
+            if action.kind != "step" and action.kind != "slow_update":
+                break
+            run_action(ctx, action)
+            if action.kind == "slow_update" and action.slow_step == 10:
+                break
+        wall = time.perf_counter() - t0
         state = load_state(ctx.paths.state, cfg)
     assert state is not None
     others = _other_calls(state.budget, "e0")

@@ -91,6 +91,7 @@ from trm_assets.harness.loop import gate as validate_mod
 from trm_assets.harness.loop.budget import estimate
 from trm_assets.harness.loop.context import LoopContext, loop_context
 from trm_assets.harness.loop.gate import GateRequest, ValidationOutcome, validate_candidate_skill
+from trm_assets.harness.loop.observer import LoopObserver
 from trm_assets.harness.loop.plan import Action, Progress, next_action
 from trm_assets.harness.loop.slow_update import ladder_sources, record_dual_metric
 from trm_assets.harness.loop.step import (
@@ -276,14 +277,13 @@ def test_validation_block_barrier_cache_and_cleanup(
 ) -> None:
     ws, cfg = _fresh_ctx(tmp_path, "gate_block=2")
     calls: list[tuple[str, int]] = []
-    real = validate_mod.run_inference
 
-    async def spy(questions: Any, **kw: Any) -> Any:
-        calls.append((kw["run_id"].rsplit("_", 1)[1], len(questions)))
-        return await real(questions, **kw)
+    class Barriers(LoopObserver):  # the loop's observer seam, no patching
+        def on_barrier(self, result: Any) -> None:
+            calls.append((result.run_id.rsplit("_", 1)[1], result.n))
 
-    monkeypatch.setattr(validate_mod, "run_inference", spy)
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        ctx.observers = (Barriers(),)
         tt = _biggest_type(ctx)
         req = _request(ctx, tt, "t_e0_s0_gate_x", "read every caption twice")
         out = asyncio.run(validate_candidate_skill(ctx, req))

@@ -115,8 +115,8 @@ class RunConfig(BaseModel):
     probation_min_pairs: int = _field(10, ">= 1", ge=1)
 
     # --- information ladder (fidelity #6) -------------------------------------------------------
-    ladder_p_low: float = _field(0.05, "0 <= p_low < p_high", ge=0, lt=1)
-    ladder_p_high: float = _field(0.95, "p_low < p_high <= 1", gt=0, le=1)
+    ladder_p_low: float = _field(0.2, "0 <= p_low < p_high", ge=0, lt=1)
+    ladder_p_high: float = _field(0.8, "p_low < p_high <= 1", gt=0, le=1)
     ladder_gamma: float = _field(0.3, "0 < γ <= 1", gt=0, le=1)
     ladder_probe_every: int = _field(
         3, ">= 1 (one probe question after every N ladder items)", ge=1

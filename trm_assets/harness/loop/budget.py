@@ -75,7 +75,10 @@ def gate_d_max(cfg: RunConfig, pool_size: int) -> int:
         return min(MINIBATCH_SIZE, pool_size)
     if cfg.gate_policy == "full_val_point":
         return pool_size
-    passes = cfg.gate_passes if cfg.gate_passes is not None else default_passes(pool_size)
+    if not cfg.fresh_draws():  # temperature 0: one pass over the pool (gate.SequentialGate)
+        passes = 1
+    else:
+        passes = cfg.gate_passes if cfg.gate_passes is not None else default_passes(pool_size)
     qids = [f"q{i}" for i in range(pool_size)]
     return len(gate_plan(qids, passes, cfg.gate_block, cfg.gate_max_blocks))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,6 +27,7 @@ from trm_assets.domain.probation import ProbationParams
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, Question, skill_file_name
 from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.data.dataset import Dataset, load_dataset
+from trm_assets.harness.loop.observer import LoopObserver
 from trm_assets.harness.loop.rollouts import (
     InferenceProgress,
     InferenceResult,
@@ -58,7 +59,7 @@ class LoopContext:
     providers: Providers
     toolbox: Toolbox
     base: str = RUN_BASE
-    progress: Callable[[InferenceProgress], None] | None = None  # inside every barrier
+    observers: tuple[LoopObserver, ...] = ()  # benchmarks, progress displays (observer.py)
     _log: RunLog | None = field(default=None, repr=False)
 
     # -- workspace ------------------------------------------------------------------------------
@@ -146,7 +147,7 @@ class LoopContext:
         """Every agent rollout of the loop goes through here: one binding of the rollout
         parameters (model, tools, run log, concurrency, max steps, skill mode, temperature)."""
         cfg = self.cfg
-        return await run_inference(
+        result = await run_inference(
             specs,
             llm=self.providers.agent,
             tools=self.toolbox,
@@ -162,8 +163,15 @@ class LoopContext:
             skills_version=skills_version,
             prompts_version=prompts_version,
             questions_ref=self.dataset.questions_ref,
-            progress=self.progress,
+            progress=self._on_rollouts if self.observers else None,
         )
+        for o in self.observers:
+            o.on_barrier(result)
+        return result
+
+    def _on_rollouts(self, progress: InferenceProgress) -> None:
+        for o in self.observers:
+            o.on_rollouts(progress)
 
     # -- parameters -----------------------------------------------------------------------------
 

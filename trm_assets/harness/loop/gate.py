@@ -19,12 +19,24 @@
 
 Gate run ids contain ``_gate_`` (checked on entry): the ladder refuses them (anti-leak rule).
 
-**Gate policies** (``RunConfig.gate_policy``, for ablations) share all of the above and differ
-only in the plan and the accept decision: ``ce_gate`` (default, the sequential gate);
-``accept_all`` (ACE-like: no rollouts, always accept); ``minibatch_sum`` (GEPA-like: 3 random
-questions of the type, accept iff Σc > Σb); ``full_val_point`` (SkillOpt-like: the type's whole
-validation pool, accept iff the candidate's accuracy is strictly higher). The non-sequential
-policies run their plan as one block so the kernel's INFRA guard and evidence still apply.
+**Gate policies** (``RunConfig.gate_policy``, for ablations) are small classes behind one
+protocol, :class:`GatePolicy` (``plan``: the positions, fixed before the first block; ``decide``:
+the action of the last verdict), and share everything else: ``ce_gate`` (default, the sequential
+gate); ``accept_all`` (ACE-like: no rollouts, always accept); ``minibatch_sum`` (GEPA-like: 3
+random questions of the type, accept iff Σc > Σb); ``full_val_point`` (SkillOpt-like: the type's
+whole validation pool, accept iff the candidate's accuracy is strictly higher). The
+non-sequential policies run their plan as one block so the kernel's INFRA guard and evidence still
+apply. A new policy is one class plus one entry in :data:`POLICIES`.
+
+**The sequential gate's order follows the decoding** (GATE §6.3 R1/R5, issue 15): with fresh
+draws (agent temperature > 0) it visits the information ladder, cycled ``passes`` times; at
+temperature 0 every rollout of a prompt is the same answer, so passes would replay identical pairs
+and the ladder's order — built from those very outcomes — would select on the baseline: the plan
+is then one pass over the type's pool in a seeded uniform order (a random order of pool questions
+is a sample of the question population, so the discordant-sign test stays valid for "the candidate
+is not better on questions like these"). A plan truncated by ``gate_max_blocks`` over a *cold*
+ladder would test only the ladder's biased front (a mean-zero heterogeneous edit was accepted
+6.2% > α): it visits the same questions in a seeded uniform order instead.
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from trm_assets.domain.baseline_cache import GATE_BASELINE, BaselineKey, make_entry
 from trm_assets.domain.gate import (
@@ -59,10 +71,10 @@ from trm_assets.harness.storage.observation import write_rows
 from trm_assets.harness.storage.versions import read_tree
 from trm_assets.harness.storage.workspace import record_run
 
-GatePolicy = Literal["ce_gate", "accept_all", "minibatch_sum", "full_val_point"]
-GATE_POLICIES: Final[tuple[str, ...]] = ("ce_gate", "accept_all", "minibatch_sum", "full_val_point")
+PolicyName = Literal["ce_gate", "accept_all", "minibatch_sum", "full_val_point"]
 MINIBATCH_SIZE: Final = 3  # GEPA's default reflection_minibatch_size
 NO_LADDER: Final = "NO_LADDER"
+Decision = tuple[Literal["accept", "reject", "abort"], str]
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,7 @@ class GateRequest:
     pool_qids: tuple[str, ...]
     gate_run_id: str
     ladder_run_ids: tuple[str, ...] = ()
+    ladder_warm: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,38 +118,144 @@ class ValidationOutcome:
     completion_tokens: int = 0
     llm_calls: int = 0
     history: tuple[GateVerdict, ...] = field(default=())
+    order: str = ""  # how the plan was ordered (GatePlan.order)
 
     @property
     def kernel_verdict(self) -> Verdict | None:
         return Verdict(self.verdict) if self.verdict in Verdict.__members__ else None
 
 
+@dataclass(frozen=True)
+class GatePlan:
+    """The positions a policy visits, fixed before the first block, and how they were ordered."""
+
+    positions: tuple[tuple[str, int], ...]
+    order: str  # ladder-warm | ladder-cold | uniform (temperature 0) | uniform (truncated ...) | …
+    one_block: bool = False  # non-sequential policies decide once, on the whole plan
+
+
+class GatePolicy(Protocol):
+    """How one candidate is validated: which positions, and what the last verdict means.
+
+    Contract: ``plan`` is a pure function of the config, the request and a seed (never of gate
+    outcomes); an empty plan means "cannot validate" (NO_LADDER abort) unless
+    ``accepts_without_rollouts``; ``decide`` maps the final kernel verdict to the step's action.
+    """
+
+    name: str
+    accepts_without_rollouts: bool
+
+    def plan(self, ctx: LoopContext, req: GateRequest) -> GatePlan: ...
+
+    def decide(self, verdict: GateVerdict) -> Decision: ...
+
+
+def _point_decision(v: GateVerdict) -> Decision:
+    # minibatch_sum: Σc > Σb; full_val_point: acc_C > acc_B. On the same usable pairs both are
+    # W > L. A rejection is "not verified" (REJECT_BUDGET semantics for the rejected buffer).
+    if v.verdict is Verdict.INFRA:
+        return "abort", Verdict.INFRA.value
+    if v.wins > v.losses:
+        return "accept", Verdict.ACCEPT.value
+    return "reject", Verdict.REJECT_BUDGET.value
+
+
 def gate_passes(ctx: LoopContext, task_type: str) -> int:
-    """``gate_passes`` from the config, else GATE §11's default for the type's pool size."""
+    """``gate_passes`` from the config, else GATE §11's default for the type's pool size — and 1
+    at temperature 0, where a second pass would replay identical pairs."""
+    if not ctx.cfg.fresh_draws():
+        return 1
     if ctx.cfg.gate_passes is not None:
         return ctx.cfg.gate_passes
     return default_passes(len(ctx.validation_by_type.get(task_type, ())))
 
 
-def policy_plan(ctx: LoopContext, req: GateRequest) -> tuple[tuple[str, int], ...]:
-    """The (question, replicate) positions the policy visits, fixed before the first block."""
-    policy = ctx.cfg.gate_policy
-    if policy == "accept_all":
-        return ()
-    if policy == "minibatch_sum":
+def _uniform(ctx: LoopContext, req: GateRequest, qids: Sequence[str], why: str) -> list[str]:
+    rng = rng_for(ctx.cfg.seed, "gate_order", why, req.epoch, req.step, req.skill_file)
+    pool = sorted(qids)
+    return [pool[i] for i in rng.permutation(len(pool))]
+
+
+class SequentialGate:
+    """``ce_gate``: the block-sequential e-process / hybrid gate (GATE §4), order by decoding."""
+
+    name = "ce_gate"
+    accepts_without_rollouts = False
+
+    def plan(self, ctx: LoopContext, req: GateRequest) -> GatePlan:
+        cfg = ctx.cfg
+        if not cfg.fresh_draws():  # GATE §6.3 R5: deterministic decoding
+            order = _uniform(ctx, req, req.pool_qids, "temperature0")
+            positions = gate_plan(order, 1, cfg.gate_block, cfg.gate_max_blocks)
+            return GatePlan(positions, "uniform (temperature 0)")
+        passes = gate_passes(ctx, req.task_type)
+        full = gate_plan(req.ladder_qids, passes, cfg.gate_block)
+        positions = gate_plan(req.ladder_qids, passes, cfg.gate_block, cfg.gate_max_blocks)
+        if len(positions) < len(full) and not req.ladder_warm:
+            order = _uniform(ctx, req, req.ladder_qids, "truncated")
+            positions = gate_plan(order, passes, cfg.gate_block, cfg.gate_max_blocks)
+            return GatePlan(positions, "uniform (truncated cold ladder)")
+        return GatePlan(positions, "ladder-warm" if req.ladder_warm else "ladder-cold")
+
+    def decide(self, verdict: GateVerdict) -> Decision:
+        if verdict.verdict is Verdict.INFRA:
+            return "abort", Verdict.INFRA.value
+        action = verdict.action
+        assert action != "continue", "the last block's decision is final"
+        return action, verdict.verdict.value
+
+
+class AcceptAll:
+    """``accept_all`` (ACE-like): every applied edit is accepted, no rollouts."""
+
+    name = "accept_all"
+    accepts_without_rollouts = True
+
+    def plan(self, ctx: LoopContext, req: GateRequest) -> GatePlan:
+        return GatePlan((), "none", one_block=True)
+
+    def decide(self, verdict: GateVerdict) -> Decision:
+        return "accept", Verdict.ACCEPT.value
+
+
+class MinibatchSum:
+    """``minibatch_sum`` (GEPA-like): 3 random questions of the type, accept iff Σc > Σb."""
+
+    name = "minibatch_sum"
+    accepts_without_rollouts = False
+
+    def plan(self, ctx: LoopContext, req: GateRequest) -> GatePlan:
         rng = rng_for(ctx.cfg.seed, "minibatch_sum", req.epoch, req.step, req.skill_file)
         pool = sorted(req.pool_qids)
         k = min(MINIBATCH_SIZE, len(pool))
         picked = sorted(pool[i] for i in rng.choice(len(pool), size=k, replace=False)) if k else []
-        return tuple((q, 0) for q in picked)
-    if policy == "full_val_point":
-        return tuple((q, 0) for q in sorted(req.pool_qids))
-    return gate_plan(
-        req.ladder_qids,
-        gate_passes(ctx, req.task_type),
-        ctx.cfg.gate_block,
-        ctx.cfg.gate_max_blocks,
-    )
+        return GatePlan(tuple((q, 0) for q in picked), "random minibatch", one_block=True)
+
+    def decide(self, verdict: GateVerdict) -> Decision:
+        return _point_decision(verdict)
+
+
+class FullValPoint:
+    """``full_val_point`` (SkillOpt-like): the whole pool, accept iff acc_C > acc_B."""
+
+    name = "full_val_point"
+    accepts_without_rollouts = False
+
+    def plan(self, ctx: LoopContext, req: GateRequest) -> GatePlan:
+        return GatePlan(tuple((q, 0) for q in sorted(req.pool_qids)), "whole pool", one_block=True)
+
+    def decide(self, verdict: GateVerdict) -> Decision:
+        return _point_decision(verdict)
+
+
+POLICIES: Final[Mapping[str, GatePolicy]] = {
+    p.name: p for p in (SequentialGate(), AcceptAll(), MinibatchSum(), FullValPoint())
+}
+GATE_POLICIES: Final[tuple[str, ...]] = tuple(POLICIES)
+
+
+def policy_of(ctx: LoopContext) -> GatePolicy:
+    return POLICIES[ctx.cfg.gate_policy]
 
 
 def _materialize(tmp_root: Path, skills: Mapping[str, str], name: str, text: str) -> dict[str, str]:
@@ -168,16 +287,18 @@ async def validate_candidate_skill(
             f"gate run id {req.gate_run_id!r} must contain {GATE_RUN_MARK!r} (the anti-leak "
             "filter of the ladder depends on it)"
         )
-    policy = ctx.cfg.gate_policy
-    plan = policy_plan(ctx, req)
-    if policy == "accept_all":
+    gp = policy_of(ctx)
+    policy = gp.name
+    gate_plan_ = gp.plan(ctx, req)
+    plan = gate_plan_.positions
+    if gp.accepts_without_rollouts:
         return ValidationOutcome(
             "accept", Verdict.ACCEPT.value, policy, req.gate_run_id, None, 0, 0, 0, 0, {}
         )
     if not plan:
         return ValidationOutcome("abort", NO_LADDER, policy, req.gate_run_id, None, 0, 0, 0, 0, {})
     params = params if params is not None else ctx.gate_params()
-    if policy != "ce_gate":  # one block: the kernel's INFRA guard and evidence, no early stop
+    if gate_plan_.one_block:  # one block: the kernel's INFRA guard and evidence, no early stop
         params = replace(params, block=len(plan))
     # 1. the candidate, materialized in a unique temp dir (always removed)
     cand_skills = _materialize(
@@ -243,7 +364,7 @@ async def validate_candidate_skill(
         for qid, rep in chunk:
             observed[qid] = candidate.get((qid, rep))
         # d. evidence
-        _write_evidence(ctx, req, policy, bi, len(plan), pairs, verdict, source, stops)
+        _write_evidence(ctx, req, policy, bi, params.block, pairs, verdict, source, stops)
         if progress is not None:
             progress(
                 f"    gate {req.skill_file} block {bi + 1}: W={verdict.wins} L={verdict.losses} "
@@ -252,7 +373,7 @@ async def validate_candidate_skill(
         if verdict.verdict is not Verdict.CONTINUE:
             break
     assert verdict is not None
-    action, name = _decide(policy, verdict)
+    action, name = gp.decide(verdict)
     return ValidationOutcome(
         action=action,
         verdict=name,
@@ -264,6 +385,7 @@ async def validate_candidate_skill(
         blocks=verdict.blocks,
         d_max=state.d_max,
         candidate_correctness=observed,
+        order=gate_plan_.order,
         baseline_rollouts=counters["base"],
         candidate_rollouts=counters["cand"],
         cache_hits=counters["hits"],
@@ -272,21 +394,6 @@ async def validate_candidate_skill(
         llm_calls=counters["calls"],
         history=tuple(state.history),
     )
-
-
-def _decide(policy: str, v: GateVerdict) -> tuple[Literal["accept", "reject", "abort"], str]:
-    """The only place the four policies differ (besides their plans)."""
-    if v.verdict is Verdict.INFRA:
-        return "abort", Verdict.INFRA.value
-    if policy == "ce_gate":
-        action = v.action
-        assert action != "continue", "the last block's decision is final"
-        return action, v.verdict.value
-    # minibatch_sum: Σc > Σb; full_val_point: acc_C > acc_B. On the same usable pairs both are
-    # W > L. A rejection is "not verified" (REJECT_BUDGET semantics for the rejected buffer).
-    if v.wins > v.losses:
-        return "accept", Verdict.ACCEPT.value
-    return "reject", Verdict.REJECT_BUDGET.value
 
 
 def _count(counters: dict[str, int], arm: str, res: InferenceResult) -> None:
@@ -327,7 +434,7 @@ def _write_evidence(
     req: GateRequest,
     policy: str,
     block_index: int,
-    d_max: int,
+    block_size: int,
     pairs: PairResult,
     v: GateVerdict,
     source: Mapping[tuple[str, int], str],
@@ -340,7 +447,7 @@ def _write_evidence(
         "task_type": req.task_type,
         "policy": policy,
     }
-    start = block_index * (ctx.cfg.gate_block if policy == "ce_gate" else d_max)
+    start = block_index * block_size
     rows: list[dict[str, Any]] = []
     quads: list[dict[str, Any]] = []
     for offset, row in enumerate(pairs.rows):

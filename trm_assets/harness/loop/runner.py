@@ -53,6 +53,8 @@ def run_action(ctx: LoopContext, action: Action, *, echo: Echo | None = None) ->
         finalize(ctx, action, echo=echo)
     else:
         raise ValueError(f"nothing to run for {action.describe()}")
+    for observer in ctx.observers:
+        observer.on_unit_done(action)
 
 
 def finalize(ctx: LoopContext, action: Action, *, echo: Echo | None = None) -> TrainState:

@@ -476,8 +476,11 @@ async def _gate_skill(
         pool_qids=pool_qids,
         gate_run_id=f"{run_id}_gate_{skill_file.removesuffix('.md')}",
         ladder_run_ids=ladder.applied_runs,
+        ladder_warm=state.gate_epoch_observed,
     )
     outcome = await validate_candidate_skill(ctx, req, params=params)
+    for observer in ctx.observers:
+        observer.on_gate(req, outcome)
     state.charge(
         scope,
         "gate",

@@ -20,6 +20,7 @@ manifest (resume equivalence, SPEC 5.7); times live in version meta only.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -33,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from trm_assets.domain.edits import resolve_skill_file
 from trm_assets.domain.errors import TrmError, describe_validation_error
 from trm_assets.harness.storage.atomic import atomic_write_json, atomic_write_text
+from trm_assets.harness.storage.lock import LOCK_FILE, workspace_lock
 from trm_assets.harness.storage.versions import (
     Seed,
     StoreError,
@@ -52,6 +54,7 @@ from trm_assets.harness.storage.versions import (
 MANIFEST_FILE = "manifest.json"
 SKILLS_SUBDIR = "skills"  # inside prompts/ of the repository: the seed skills
 StoreKind = Literal["skills", "prompts"]
+INIT_COMMAND = "trm init"
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
@@ -145,13 +148,20 @@ def manifest_path(workspace: str | Path) -> Path:
 
 def read_manifest(workspace: str | Path) -> Manifest:
     path = manifest_path(workspace)
+    ws = Path(workspace)
+    if ws.exists() and not ws.is_dir():
+        raise WorkspaceError(f"{ws}: exists and is not a directory; a workspace is a directory")
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise WorkspaceError(
             f"{path}: not found; {workspace} is not an initialised workspace "
             "(create one with `trm init --workspace DIR --config FILE`)"
         ) from None
+    except UnicodeDecodeError:
+        raise WorkspaceError(f"{path}: not UTF-8 text (not a manifest)") from None
+    except OSError as e:
+        raise WorkspaceError(f"{path}: cannot be read ({e.strerror})") from None
     except json.JSONDecodeError as e:
         raise WorkspaceError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
     try:
@@ -477,20 +487,30 @@ def _check_questions_ref(ref: str, what: str) -> str:
     return ref
 
 
-def _prepare_target(workspace: Path) -> Path | None:
-    """Archive an existing workspace (rename to ``<name>.archive-<k>``); refuse a directory that
-    holds anything but is not a workspace. Returns the archive path, if any."""
+def _holds_anything(workspace: Path) -> bool:
+    """Whether a directory holds more than a workspace lock file (left by an interrupted init)."""
+    return any(p.name != LOCK_FILE for p in workspace.iterdir())
+
+
+def _check_target(workspace: Path) -> None:
+    """Refuse a target that is a file, or a non-empty directory that is not a workspace."""
     if not workspace.exists():
-        return None
+        return
     if not workspace.is_dir():
         raise WorkspaceError(f"{workspace}: exists and is not a directory")
-    if not any(workspace.iterdir()):
-        return None
-    if not manifest_path(workspace).is_file():
+    if _holds_anything(workspace) and not manifest_path(workspace).is_file():
         raise WorkspaceError(
             f"{workspace}: not empty and not a workspace (no {MANIFEST_FILE}); refusing to move "
             "it aside — choose an empty or new directory"
         )
+
+
+def _archive_existing(workspace: Path) -> Path | None:
+    """Rename an existing workspace to ``<name>.archive-<k>`` (the caller holds its lock);
+    returns the archive path, or None when there was nothing to move aside."""
+    _check_target(workspace)
+    if not workspace.exists() or not _holds_anything(workspace):
+        return None
     k = 1
     while (archive := workspace.with_name(f"{workspace.name}.archive-{k}")).exists():
         k += 1
@@ -516,8 +536,41 @@ def _create(
     config_yaml: str | None,
     config_fingerprint: str | None,
 ) -> InitResult:
-    archived = _prepare_target(workspace)
-    workspace.mkdir(parents=True, exist_ok=True)
+    write = functools.partial(
+        _write_new,
+        workspace,
+        skills,
+        prompts,
+        questions_ref=questions_ref,
+        reason=reason,
+        extra=extra,
+        seed=seed,
+        config_yaml=config_yaml,
+        config_fingerprint=config_fingerprint,
+    )
+    _check_target(workspace)  # before the lock: never leave a lock file in a foreign directory
+    # One writer (issue 18.1): an existing workspace is moved aside only while nobody trains it
+    # (its lock moves with it), and the new one is written under its own lock.
+    with workspace_lock(workspace, command=INIT_COMMAND, create=True):
+        archived = _archive_existing(workspace)
+        if archived is None:
+            return InitResult(write(), None)
+    with workspace_lock(workspace, command=INIT_COMMAND, create=True):
+        return InitResult(write(), archived)
+
+
+def _write_new(
+    workspace: Path,
+    skills: Mapping[str, str],
+    prompts: Mapping[str, str],
+    *,
+    questions_ref: str,
+    reason: str,
+    extra: Mapping[str, Any],
+    seed: SeedRef | None,
+    config_yaml: str | None,
+    config_fingerprint: str | None,
+) -> ResolvedPaths:
     skills_root, prompts_root = store_roots(workspace)
     s_meta = write_version(skills_root, skills, parent=None, reason=reason, extra=extra)
     p_meta = write_version(prompts_root, prompts, parent=None, reason=reason, extra=extra)
@@ -534,7 +587,7 @@ def _create(
         config_fingerprint=config_fingerprint,
     )
     write_manifest(workspace, manifest)  # last: a workspace without a manifest is not one
-    return InitResult(resolve_paths(workspace), archived)
+    return resolve_paths(workspace)
 
 
 def init_workspace(
@@ -647,6 +700,13 @@ def promote_version(
     seeds_dir: str | Path,
 ) -> Seed:
     """``trm promote``: make skills ``version`` of this workspace seed ``name`` (store rules)."""
+    with workspace_lock(workspace, command="trm promote"):
+        return _promote(workspace, version, eval_run_id, name, seeds_dir)
+
+
+def _promote(
+    workspace: str | Path, version: str, eval_run_id: str, name: str, seeds_dir: str | Path
+) -> Seed:
     paths = resolve_paths(workspace)
     return promote_to_seed(
         seeds_dir=seeds_dir,

@@ -1,0 +1,111 @@
+"""The gate is valid at any decoding temperature (issue 15 B, GATE §6.3 R1/R5).
+
+* at temperature 0 a replayed pass adds no evidence: the simulated agent gives the very same
+  outcomes to a second pass, so ``gate_passes > 1`` is a config error and the plan has one pass;
+* at temperature 0 the plan is a seeded uniform order of the type's pool (never the ladder, whose
+  order is built from the same deterministic baseline outcomes);
+* with fresh draws the ladder is cycled ``passes`` times; a truncated plan over a cold ladder is
+  visited in a uniform order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from trm_assets.domain.errors import TrmError
+from trm_assets.domain.question import skill_file_name
+from trm_assets.harness.loop.context import LoopContext, loop_context
+from trm_assets.harness.loop.gate import GateRequest, SequentialGate, gate_passes
+from trm_assets.llm.factory import build_providers
+from trm_assets_tests.tiny import new_workspace, tiny_config
+
+REALISTIC_T0 = ("sim.profile=realistic", "gate_passes=1", "val_size=72")
+
+
+def _request(ctx: LoopContext, task_type: str, *, warm: bool = False) -> GateRequest:
+    paths = ctx.paths
+    name = skill_file_name(task_type)
+    qids = ctx.validation_by_type[task_type]
+    ladder = tuple(reversed(qids))  # an order that is visibly not the sorted / uniform one
+    return GateRequest(
+        epoch=0,
+        step=1,
+        skill_file=name,
+        task_type=task_type,
+        candidate_text=ctx.skills(paths.skills_version)[name] + "\n- Re-read the question.\n",
+        baseline_skills=ctx.skills(paths.skills_version),
+        skills_version=paths.skills_version,
+        prompts_version=paths.prompts_version,
+        ladder_qids=ladder,
+        pool_qids=qids,
+        gate_run_id="t_e0_s1_gate_x",
+        ladder_warm=warm,
+    )
+
+
+def _biggest(ctx: LoopContext) -> str:
+    return max(ctx.validation_by_type, key=lambda t: (len(ctx.validation_by_type[t]), t))
+
+
+def test_passes_at_temperature_zero_are_a_config_error() -> None:
+    with pytest.raises(TrmError, match="replays identical pairs"):
+        tiny_config("sim.profile=realistic", "gate_passes=3")
+    with pytest.raises(TrmError, match="replays identical pairs"):
+        tiny_config("agent_temperature=0", "gate_passes=2")
+    assert tiny_config("agent_temperature=0.7", "gate_passes=3").gate_passes == 3
+
+
+def test_a_replayed_pass_adds_no_evidence(tmp_path: Path) -> None:
+    """At temperature 0 the second pass of a question returns exactly the first pass's outcome
+    (what a real server does), so its pairs would only duplicate evidence; the plan has one pass
+    over the whole pool, in a seeded uniform order that is not the ladder's."""
+    cfg = tiny_config(*REALISTIC_T0)
+    assert cfg.effective_agent_temperature() == 0.0 and not cfg.fresh_draws()
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        tt = _biggest(ctx)
+        req = _request(ctx, tt)
+        qs = [ctx.questions[q] for q in req.pool_qids]
+        skills = dict(req.baseline_skills)
+        pv = req.prompts_version
+        one = asyncio.run(ctx.rollouts("t_rep", qs, skills, pv, kind="x", skills_version=None))
+        specs = [(q, 1) for q in qs]
+        two = asyncio.run(ctx.rollouts("t_rep2", specs, skills, pv, kind="x", skills_version=None))
+        first = {p.question_id: p.outcome for p in one.predictions}
+        second = {p.question_id: p.outcome for p in two.predictions}
+        assert first == second  # another run id and replicate: the same answers
+        assert gate_passes(ctx, tt) == 1
+        plan = SequentialGate().plan(ctx, req)
+        assert plan.order == "uniform (temperature 0)"
+        assert {rep for _, rep in plan.positions} == {0}
+        assert sorted(q for q, _ in plan.positions) == sorted(req.pool_qids)
+        assert len(req.pool_qids) >= 6
+        assert [q for q, _ in plan.positions] != list(req.ladder_qids)
+        assert SequentialGate().plan(ctx, req) == plan  # seeded: the same plan again
+        other = SequentialGate().plan(ctx, replace(req, step=2))
+        assert other.positions != plan.positions  # another gate, another order
+
+
+def test_fresh_draws_cycle_the_ladder_and_truncated_cold_plans_go_uniform(tmp_path: Path) -> None:
+    cfg = tiny_config("agent_temperature=1.0", "gate_passes=2", "gate_block=2")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        tt = _biggest(ctx)
+        req = _request(ctx, tt)
+        plan = SequentialGate().plan(ctx, req)
+        assert plan.order == "ladder-cold"
+        assert plan.positions == tuple((q, rep) for rep in (0, 1) for q in req.ladder_qids)
+    cfg = tiny_config("agent_temperature=1.0", "gate_passes=2", "gate_block=2", "gate_max_blocks=1")
+    ws = new_workspace(tmp_path / "ws2", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        req = _request(ctx, _biggest(ctx))
+        cold = SequentialGate().plan(ctx, req)
+        assert cold.order == "uniform (truncated cold ladder)" and len(cold.positions) == 2
+        assert {q for q, _ in cold.positions} <= set(req.ladder_qids)
+        warm = SequentialGate().plan(ctx, replace(req, ladder_warm=True))
+        assert warm.order == "ladder-warm"
+        assert warm.positions == tuple((q, 0) for q in req.ladder_qids[:2])
