@@ -6,7 +6,7 @@ run of a unit, ``trm init`` (before it archives a workspace), ``trm promote`` â€
 naming the holder (pid, host, run id, command, start time), instead of both writing the store
 and the run log (the only guard before was DuckDB's file lock, released between units).
 
-Why this shape (``docs/decision-workspace-lock.md``):
+Why this shape:
 
 * ``fcntl.flock`` on a file that is never replaced nor deleted: the kernel releases the lock when
   the holder's process dies (SIGKILL included), so a crashed run never leaves a lock that needs a
@@ -21,6 +21,11 @@ Why this shape (``docs/decision-workspace-lock.md``):
   nested acquisitions.
 * the descriptor is close-on-exec and dropped in forked children: a child never keeps the lock
   alive after its parent died.
+
+Rejected: a pid file checked with ``kill(pid, 0)`` (racy between check and write, wrong after pid
+reuse, needs a human to delete it after a crash); POSIX record locks (``fcntl.lockf``: released
+when *any* descriptor of the file in the process is closed, e.g. by a library that opened it);
+DuckDB's own file lock (released between units, and it does not cover the store).
 """
 
 from __future__ import annotations
