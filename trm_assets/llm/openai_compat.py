@@ -10,9 +10,20 @@ outcome                                           raised / returned
 ================================================  ==========================================
 200 with a valid chat completion                  :class:`ChatResponse` (even if the text is
                                                   empty or wrong: judging it is the caller's)
-429, any 5xx, connection error, timeout,          retried with exponential backoff + jitter
-200 that is not a chat completion                 (``Retry-After`` honoured, capped); after
-                                                  ``max_retries`` → :class:`InfraError`
+*transient*: 429, 408, 409, 425, 502, 503, 504,   retried with exponential backoff + jitter
+a 500 whose body is not a validation error (or    (``Retry-After`` honoured, capped); after
+is empty), connection refused/reset, timeout,     ``max_retries`` → :class:`InfraError`
+200 that is not a chat completion
+a 5xx whose body is a request-validation error    retried like a transient 5xx the first time;
+(pydantic/FastAPI: "Input should be a valid       when the same status + body has come back
+string", "Field required", "validation error",    ``reject_after`` (2) times — on the retry of
+"Extra inputs are not permitted" …)               one call or on any two calls of this provider
+                                                  — :class:`ProviderRejectsRequests`, not
+                                                  retried: the server refuses the request
+                                                  *shape* deterministically (llama-cpp-python
+                                                  answers HTTP 500 for that), the unit stops
+any 4xx/5xx (not transient) to a request with     :class:`ToolCallingUnsupported` at once:
+``tools`` whose body says tools are unsupported   set ``TRM_LLM_TOOL_MODE=text``
 400 "context length exceeded"                     :class:`ContextLengthExceeded`, not retried:
                                                   the conversation is too long for the model,
                                                   a *task* failure of this rollout
@@ -21,6 +32,11 @@ any other 4xx (400, 401, 403, 404, 422 …)         :class:`ProviderRequestError
                                                   model name, URL or request) that must stop
                                                   the run, not be scored as data
 ================================================  ==========================================
+
+Why a validation 500 is retried once before it counts as deterministic: a server may fail to read
+a truncated upload the same way; twice the same body for the same bytes is not an outage. A 500
+with another body, or the same body on one call only, stays infra. Every message quotes the server
+(masked, cut to 300 characters).
 
 Secrets (issue 18.2): the API key is a :class:`pydantic.SecretStr`, turned into an
 ``Authorization`` header per request and never stored elsewhere; ``repr``, log lines and exception
@@ -60,8 +76,10 @@ from trm_assets.llm.protocol import (
     ContextLengthExceeded,
     InfraError,
     Message,
+    ProviderRejectsRequests,
     ProviderRequestError,
     ToolCall,
+    ToolCallingUnsupported,
     ToolSpec,
     Usage,
 )
@@ -70,6 +88,40 @@ from trm_assets.llm.redact import excerpt, redact, redact_url, url_secrets
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})  # plus every 5xx
+_GATEWAY_STATUS = frozenset({502, 503, 504})  # a proxy in the way: transient whatever the body
+REJECT_AFTER = 2  # the same validation body this many times: the server rejects our requests
+# A 5xx body with one of these is the server's request validation, not an outage (lower case).
+_VALIDATION_MARKERS = (
+    "validation error",
+    "input should be",
+    "field required",
+    "extra inputs are not permitted",
+    "extra_forbidden",
+    "string_type",
+    "missing required",
+    "is not valid under",
+    "invalid_request_error",
+    "unprocessable",
+    "failed to parse",
+)
+# A refusal of a request with tools that says the server/model has no tool calling (lower case):
+# Ollama "… does not support tools", vLLM "'auto' tool choice requires
+# --enable-auto-tool-choice …", llama.cpp "tools param requires --jinja flag", OpenAI
+# "'tools' is not supported with this model".
+_TOOLS_UNSUPPORTED_MARKERS = (
+    "does not support tools",
+    "does not support tool",
+    "tools is not supported",
+    "tools are not supported",
+    "'tools' is not supported",
+    "tool calling is not supported",
+    "tool use is not supported",
+    "function calling is not supported",
+    "does not support function calling",
+    "tools param requires",
+    "enable-auto-tool-choice",
+    "tool choice requires",
+)
 _CONTEXT_MARKERS = (
     "context_length_exceeded",
     "maximum context length",
@@ -123,6 +175,7 @@ class OpenAICompatProvider:
         backoff_max_s: float = 20.0,
         rng: random.Random | None = None,
         extra_body: dict[str, Any] | None = None,
+        reject_after: int = REJECT_AFTER,
     ) -> None:
         if not base_url or not base_url.startswith(("http://", "https://")):
             raise ValueError(
@@ -133,10 +186,11 @@ class OpenAICompatProvider:
             raise ValueError("model must be a non-empty model name")
         if api_key is not None and not isinstance(api_key, SecretStr):
             raise TypeError("api_key must be a pydantic SecretStr (or None), never a plain str")
-        if timeout_s <= 0 or max_retries < 0 or max_concurrency < 1:
+        if timeout_s <= 0 or max_retries < 0 or max_concurrency < 1 or reject_after < 1:
             raise ValueError(
-                "timeout_s must be > 0, max_retries >= 0 and max_concurrency >= 1 "
-                f"(got {timeout_s}, {max_retries}, {max_concurrency})"
+                "timeout_s must be > 0, max_retries >= 0, max_concurrency >= 1 and "
+                f"reject_after >= 1 (got {timeout_s}, {max_retries}, {max_concurrency}, "
+                f"{reject_after})"
             )
         self._base_url = base_url.rstrip("/")
         # Credentials in the URL go to httpx as basic auth (what httpx does with a URL's userinfo)
@@ -161,6 +215,8 @@ class OpenAICompatProvider:
         self.backoff_max_s = backoff_max_s
         self._rng = rng or random.Random()
         self._extra_body = dict(extra_body or {})
+        self.reject_after = int(reject_after)
+        self._rejections: dict[tuple[int, str], int] = {}  # (status, body excerpt) -> times
         self._lock = threading.Lock()
         self._usage = Usage()
         self._calls = 0
@@ -246,7 +302,7 @@ class OpenAICompatProvider:
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         state = self._state()
         async with state.semaphore:
-            return await self._post_with_retries(state.client, payload)
+            return await self._post_with_retries(state.client, payload, has_tools=bool(tools))
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -302,7 +358,9 @@ class OpenAICompatProvider:
             delay = max(delay, min(retry_after, self.backoff_max_s))
         return delay
 
-    async def _post_with_retries(self, client: httpx.AsyncClient, payload: bytes) -> ChatResponse:
+    async def _post_with_retries(
+        self, client: httpx.AsyncClient, payload: bytes, *, has_tools: bool
+    ) -> ChatResponse:
         attempts = self.max_retries + 1
         last: InfraError | None = None
         for attempt in range(attempts):
@@ -341,15 +399,17 @@ class OpenAICompatProvider:
                             latency,
                         )
                         return out
-                elif status >= 500 or status in RETRYABLE_STATUS:
+                else:
+                    body = self._excerpt(resp)
+                    refusal = self._refusal(status, body, has_tools=has_tools)
+                    if refusal is not None:
+                        raise refusal
                     retry_after = _retry_after(resp.headers.get("retry-after"))
                     last = self._infra(
                         "http_status",
-                        f"HTTP {status} from {self._shown_url}: {self._excerpt(resp)}",
+                        f"HTTP {status} from {self._shown_url}: {body}",
                         status=status,
                     )
-                else:
-                    raise self._request_error(resp)
             if attempt + 1 < attempts:
                 delay = self._backoff(attempt, retry_after)
                 with self._lock:
@@ -371,9 +431,50 @@ class OpenAICompatProvider:
         """The start of the body, masked before it is cut (issue 18.2), on one line."""
         return excerpt(resp.text, self._secrets, _BODY_EXCERPT) or "(empty body)"
 
-    def _request_error(self, resp: httpx.Response) -> ProviderRequestError:
-        status = resp.status_code
-        body = self._excerpt(resp)
+    def _refusal(self, status: int, body: str, *, has_tools: bool) -> ProviderRequestError | None:
+        """The error that stops the call for a non-200 answer, or None if it is transient (see
+        the module docstring's table)."""
+        transient = status in RETRYABLE_STATUS or status in _GATEWAY_STATUS
+        lowered = body.lower()
+        if has_tools and not transient and any(m in lowered for m in _TOOLS_UNSUPPORTED_MARKERS):
+            return ToolCallingUnsupported(
+                self._mask(
+                    f"HTTP {status} from {self._shown_url}: the server does not support tool "
+                    f"calling for model {self._model!r}. Set TRM_LLM_TOOL_MODE=text (the tools "
+                    "are then described in the system prompt and the model answers with a JSON "
+                    "tool call or in plain text), or start the server with tool calling enabled "
+                    "(llama.cpp: --jinja; vLLM: --enable-auto-tool-choice --tool-call-parser; "
+                    f"llama-cpp-python: --chat_format chatml-function-calling). Server said: {body}"
+                ),
+                status=status,
+            )
+        if transient:
+            return None
+        if status < 500:
+            return self._request_error(status, body)
+        if not any(m in lowered for m in _VALIDATION_MARKERS):
+            return None
+        key = (status, body)
+        with self._lock:
+            if key not in self._rejections and len(self._rejections) >= 64:
+                self._rejections.clear()  # bounded memory; a repeat is found again at once
+            n = self._rejections[key] = self._rejections.get(key, 0) + 1
+        if n < self.reject_after:
+            return None
+        return ProviderRejectsRequests(
+            self._mask(
+                f"HTTP {status} from {self._shown_url}: the server rejected our request with the "
+                f"same validation error {n} times: it refuses the shape of the request, it is not "
+                "down, so the run stops instead of retrying it as an infrastructure failure. "
+                f"Check that {self._shown_base_url} is an OpenAI-compatible chat-completions "
+                f"server for model {self._model!r}; for a server without tool calling set "
+                f"TRM_LLM_TOOL_MODE=text. Server said: {body}"
+            ),
+            status=status,
+            repeats=n,
+        )
+
+    def _request_error(self, status: int, body: str) -> ProviderRequestError:
         lowered = body.lower()
         if status in (400, 413) and any(m in lowered for m in _CONTEXT_MARKERS):
             return ContextLengthExceeded(

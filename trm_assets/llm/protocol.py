@@ -19,8 +19,13 @@ wrong, empty or unparsable — that is a *task* failure, judged by the caller fr
 It raises :class:`InfraError` (after its own bounded retries) only for failures of the
 infrastructure: timeouts, connection errors, HTTP 429/5xx, a response that is not a valid chat
 completion. Callers record InfraError as an infra failure (the gate drops baseline infra failures
-and imputes candidate infra failures as wrong). Any other exception is a systemic bug and must
-propagate. Messages of InfraError never contain API keys or authorization headers.
+and imputes candidate infra failures as wrong). A request the server refuses and will refuse again
+raises :class:`ProviderRequestError` (bad key, model, URL), or its subclasses
+:class:`ProviderRejectsRequests` (the same validation error repeated: the request shape is wrong
+for this server) and :class:`ToolCallingUnsupported` (set ``TRM_LLM_TOOL_MODE=text``): systemic,
+the unit stops. :class:`ContextLengthExceeded` is the one refusal that is a task failure. Any
+other exception is a bug and must propagate. No message of any of these contains an API key, a
+fragment of it or URL credentials (:func:`trm_assets.llm.redact.redact`).
 """
 
 from __future__ import annotations
@@ -60,6 +65,30 @@ class ProviderRequestError(TrmError, RuntimeError):
 
 class ContextLengthExceeded(ProviderRequestError):
     """HTTP 400 because the conversation exceeds the model's context window (a task failure)."""
+
+
+class ProviderRejectsRequests(ProviderRequestError):
+    """The server rejects our requests deterministically: the same validation error body came back
+    ``repeats`` times (e.g. llama-cpp-python's HTTP 500 "Input should be a valid string").
+
+    Not an :class:`InfraError`: the request shape, not the server's health, is the problem, and
+    retrying it as an outage only burns the run. The unit must stop (the message quotes the
+    server, masked and shortened). Subclass of :class:`ProviderRequestError`, so every caller that
+    lets a refused request propagate lets this one through too.
+    """
+
+    def __init__(self, message: str, *, status: int, repeats: int = 1) -> None:
+        super().__init__(message, status=status)
+        self.repeats = repeats
+
+
+class ToolCallingUnsupported(ProviderRejectsRequests):
+    """The server refused a request *with tools* saying tool calling is unsupported.
+
+    The fix is a setting: ``TRM_LLM_TOOL_MODE=text`` (tools described in the system prompt, the
+    model replies with a JSON tool call or its answer in plain text), or a server started with
+    tool calling enabled. The message names both.
+    """
 
 
 @dataclass(frozen=True)
