@@ -106,6 +106,10 @@ def data_check(paths: tuple[str, ...], as_json: bool) -> None:
         "overhead": ("trm_bench.overhead:cli", "Harness and Dagster overhead."),
         "reliability": ("trm_bench.reliability:cli", "Kill-anywhere resume check."),
         "scale": ("trm_bench.scale:cli", "1x vs 10x questions; lineage query at 1M rows."),
+        "real-model": (
+            "trm_bench.real_model:real_model",
+            "A tiny real training against llama.cpp (SmolLM2 from PyPI).",
+        ),
     },
 )
 def bench() -> None:

@@ -22,6 +22,17 @@ _SET = click.option(
 )
 
 
+def progress_reporter() -> Any:
+    """Progress lines inside long barriers on stderr-free stdout: every ``TRM_PROGRESS_EVERY_S``
+    seconds (default 10; issue 17.4)."""
+    import os
+
+    from trm_assets.harness.loop.progress import ProgressReporter
+
+    every = float(os.environ.get("TRM_PROGRESS_EVERY_S", "10"))
+    return ProgressReporter(lambda line: click.echo(f"  … {line}"), every_s=every)
+
+
 def _config(workspace: Path, config_path: Path | None, overrides: tuple[str, ...]) -> Any:
     """The config from ``--config``, else the one ``trm init`` stored in the workspace."""
     from trm_assets.harness.data.config import load_config
@@ -96,6 +107,7 @@ def train_cmd(
         _train_through_dagster(workspace, config_path, (*overrides, *extra))
         return
     with loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as ctx:
+        ctx.observers = (progress_reporter(),)
         first = current_action(ctx)
         if resume and first.kind != "init":
             click.echo(f"resuming at {first.describe()}")
@@ -157,6 +169,7 @@ def eval_cmd(
 
     cfg = _config(workspace, config_path, overrides)
     with loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as ctx:
+        ctx.observers = (progress_reporter(),)
         pv = prompts_version or ctx.paths.prompts_version
         ctx.skills(version)  # a missing version fails before any rollout
         run_id = f"eval_{version}_{pv}_{pool}"

@@ -168,6 +168,14 @@ class InferenceProgress:
     n_correct: int
     n_infra: int
     elapsed_s: float
+    llm_calls: int = 0
+    tokens: int = 0  # prompt + completion
+
+    def eta_s(self) -> float | None:
+        """Seconds left at the barrier's rate so far (None before the first rollout)."""
+        if self.done <= 0 or self.elapsed_s <= 0:
+            return None
+        return self.elapsed_s / self.done * (self.total - self.done)
 
 
 def expand_rollouts(
@@ -273,7 +281,7 @@ async def run_inference(
 
     sem = asyncio.Semaphore(concurrency)
     results: list[Prediction | None] = [None] * len(rollouts)
-    counters = {"done": 0, "correct": 0, "infra": 0}
+    counters = {"done": 0, "correct": 0, "infra": 0, "calls": 0, "tokens": 0}
     flushing: list[asyncio.Task[int]] = []
     t_start = time.perf_counter()
 
@@ -329,6 +337,8 @@ async def run_inference(
             counters["done"] += 1
             counters["correct"] += int(bool(pred.correct))
             counters["infra"] += int(pred.failure_kind == FAILURE_INFRA)
+            counters["calls"] += pred.n_llm_calls
+            counters["tokens"] += pred.usage.prompt_tokens + pred.usage.completion_tokens
             if progress is not None:
                 progress(
                     InferenceProgress(
@@ -338,6 +348,8 @@ async def run_inference(
                         counters["correct"],
                         counters["infra"],
                         time.perf_counter() - t_start,
+                        counters["calls"],
+                        counters["tokens"],
                     )
                 )
         maybe_flush()

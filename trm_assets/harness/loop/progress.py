@@ -1,0 +1,66 @@
+"""Progress inside long rollout barriers (issue 17.4): rollouts done / total, model calls,
+tokens/s and an ETA, at a steady cadence — so a slow real model is visibly working.
+
+:class:`ProgressReporter` is a :class:`~trm_assets.harness.loop.observer.LoopObserver`; the
+composition root decides where its lines go (``trm train`` → the terminal: one line rewritten in
+place on a TTY, periodic lines otherwise; a Dagster run → the run's log).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from trm_assets.harness.loop.observer import LoopObserver
+from trm_assets.harness.loop.rollouts import InferenceProgress, InferenceResult
+
+
+def format_progress(p: InferenceProgress) -> str:
+    rate = p.tokens / p.elapsed_s if p.elapsed_s > 0 else 0.0
+    eta = p.eta_s()
+    eta_text = "?" if eta is None else _duration(eta)
+    return (
+        f"{p.run_id}: {p.done}/{p.total} rollouts, {p.llm_calls} model calls, "
+        f"{rate:,.0f} tokens/s, {p.n_infra} infra, elapsed {_duration(p.elapsed_s)}, "
+        f"ETA {eta_text}"
+    )
+
+
+def _duration(s: float) -> str:
+    s = max(0, round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class ProgressReporter(LoopObserver):
+    """Emits one progress line per barrier every ``every_s`` seconds (and at the barrier's end
+    when it lasted longer than that); barriers shorter than ``every_s`` stay silent."""
+
+    def __init__(
+        self,
+        emit: Callable[[str], None],
+        *,
+        every_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.emit = emit
+        self.every_s = every_s
+        self.clock = clock
+        self._last: dict[str, float] = {}
+        self._started: dict[str, float] = {}
+        self._latest: dict[str, InferenceProgress] = {}
+
+    def on_rollouts(self, progress: InferenceProgress) -> None:
+        now = self.clock()
+        start = self._started.setdefault(progress.run_id, now)
+        self._latest[progress.run_id] = progress
+        last = self._last.get(progress.run_id, start)
+        if now - last >= self.every_s:
+            self._last[progress.run_id] = now
+            self.emit(format_progress(progress))
+
+    def on_barrier(self, result: InferenceResult) -> None:
+        latest = self._latest.pop(result.run_id, None)
+        start = self._started.pop(result.run_id, None)
+        reported = self._last.pop(result.run_id, None) is not None
+        if latest is not None and start is not None and reported:
+            self.emit(format_progress(latest) + " — done")
