@@ -47,6 +47,12 @@ every fragment of >= 6 characters of a secret (also base64/percent-encoded) is m
 any cut to the excerpt length, and URL credentials (``http://user:KEY@host/v1``) are shown as
 ``http://***@host/v1`` (:attr:`OpenAICompatProvider.base_url` is that redacted form).
 
+Tool mode (``tool_mode``, the ``TRM_LLM_TOOL_MODE`` setting): ``"native"`` (default) sends the
+tools as OpenAI ``tools``; ``"text"`` describes them in the system prompt and reads the calls from
+the reply's text (:mod:`trm_assets.llm.text_tools`), for servers or models without tool calling.
+A native-mode request refused because tools are unsupported raises
+:class:`ToolCallingUnsupported`, whose message names ``TRM_LLM_TOOL_MODE=text``.
+
 Concurrency: at most ``max_concurrency`` requests in flight per provider (an ``asyncio.Semaphore``
 per event loop; the provider can be reused across ``asyncio.run`` calls, each loop gets its own
 connection pool and semaphore). Usage and cost are accumulated over the provider's life.
@@ -55,6 +61,7 @@ connection pool and semaphore). Usage and cost are accumulated over the provider
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -84,6 +91,7 @@ from trm_assets.llm.protocol import (
     Usage,
 )
 from trm_assets.llm.redact import excerpt, redact, redact_url, url_secrets
+from trm_assets.llm.text_tools import TOOL_MODES, ToolMode, parse_reply, render_conversation
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +165,9 @@ class OpenAICompatProvider:
     ``base_url`` is the API root (``http://127.0.0.1:8000/v1``); requests go to
     ``{base_url}/chat/completions``. ``timeout_s`` bounds one HTTP attempt (connect + read);
     ``max_retries`` counts retries after the first attempt. Prices, when given, are per 1000
-    tokens and feed :attr:`cost_usd`.
+    tokens and feed :attr:`cost_usd`. ``tool_mode`` is ``TRM_LLM_TOOL_MODE`` (``"native"`` or
+    ``"text"``); ``reject_after`` is how many identical validation-error bodies make a
+    :class:`ProviderRejectsRequests` (module docstring).
     """
 
     def __init__(
@@ -176,6 +186,7 @@ class OpenAICompatProvider:
         rng: random.Random | None = None,
         extra_body: dict[str, Any] | None = None,
         reject_after: int = REJECT_AFTER,
+        tool_mode: ToolMode = "native",
     ) -> None:
         if not base_url or not base_url.startswith(("http://", "https://")):
             raise ValueError(
@@ -216,6 +227,12 @@ class OpenAICompatProvider:
         self._rng = rng or random.Random()
         self._extra_body = dict(extra_body or {})
         self.reject_after = int(reject_after)
+        if tool_mode not in TOOL_MODES:
+            raise ValueError(
+                f"tool mode must be one of {', '.join(TOOL_MODES)} (TRM_LLM_TOOL_MODE), "
+                f"got {tool_mode!r}"
+            )
+        self.tool_mode: ToolMode = tool_mode
         self._rejections: dict[tuple[int, str], int] = {}  # (status, body excerpt) -> times
         self._lock = threading.Lock()
         self._usage = Usage()
@@ -286,12 +303,15 @@ class OpenAICompatProvider:
         max_tokens: int | None = None,
         seed: int | None = None,
     ) -> ChatResponse:
+        text_tools = self.tool_mode == "text"
+        if text_tools:  # the tools travel in the system prompt (trm_assets.llm.text_tools)
+            messages = render_conversation(messages, tools or [])
         body: dict[str, Any] = {
             "model": self._model,
             "messages": messages,
             "temperature": temperature,
         }
-        if tools:
+        if tools and not text_tools:
             body["tools"] = tools
             body["tool_choice"] = "auto"
         if max_tokens is not None:
@@ -302,7 +322,17 @@ class OpenAICompatProvider:
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         state = self._state()
         async with state.semaphore:
-            return await self._post_with_retries(state.client, payload, has_tools=bool(tools))
+            out = await self._post_with_retries(
+                state.client, payload, has_tools=bool(tools) and not text_tools
+            )
+        if text_tools and tools and not out.tool_calls:
+            turn = sum(1 for m in messages if m.get("role") == "assistant")
+            content, calls = parse_reply(out.content, tools, turn)
+            if calls:
+                out = dataclasses.replace(
+                    out, content=content, tool_calls=calls, finish_reason="tool_calls"
+                )
+        return out
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import random
 from collections.abc import Awaitable, Callable
 from pathlib import Path
