@@ -126,6 +126,14 @@ class RunConfig(BaseModel):
     concurrency: int = _field(8, "1..512", ge=1, le=512)
     max_agent_steps: int = _field(8, "1..64", ge=1, le=64)
     skill_mode: Literal["task", "all", "none"] = _field("task", "task | all | none")
+    infra_outage_rate: float = _field(
+        0.5,
+        "0 < x <= 1: share of infra failures among the last infra_outage_window rollouts that "
+        "stops the unit (an outage is not a result)",
+        gt=0,
+        le=1,
+    )
+    infra_outage_window: int = _field(20, ">= 1 rollouts", ge=1)
     agent_temperature: float | None = _field(
         None,
         "0..2, or null (the world's default: sim.agent_temperature with the simulator, 0 with a "
@@ -193,7 +201,11 @@ class RunConfig(BaseModel):
 
 # Fields that change how fast a run goes, never what it decides. (`epochs` is decision-relevant:
 # the cosine edit-budget schedule and the default gate cap depend on it.)
-NON_DECISION_FIELDS: tuple[str, ...] = ("concurrency",)
+NON_DECISION_FIELDS: tuple[str, ...] = (
+    "concurrency",
+    "infra_outage_rate",
+    "infra_outage_window",
+)
 # Fields whose change invalidates saved pools, batches or correctness: resume refuses.
 STRUCTURAL_FIELDS: tuple[str, ...] = (
     "seed",

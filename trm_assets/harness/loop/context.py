@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 from trm_assets.agent.messages import AgentPrompts, load_agent_prompts
 from trm_assets.agent.tools import Toolbox
 from trm_assets.domain.edits import EditBudgetSchedule
+from trm_assets.domain.errors import TrmError
 from trm_assets.domain.gate import GateParams
 from trm_assets.domain.ladder import LadderParams
 from trm_assets.domain.pools import Pools
@@ -29,6 +31,7 @@ from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.data.dataset import Dataset, load_dataset
 from trm_assets.harness.loop.observer import LoopObserver
 from trm_assets.harness.loop.rollouts import (
+    FAILURE_INFRA,
     InferenceProgress,
     InferenceResult,
     RolloutSpec,
@@ -48,6 +51,10 @@ from trm_assets.llm.providers import Providers
 RUN_BASE = "train"  # run ids: train_init, train_e{E}_s{S}, train_e{E}_s{S}_gate_<skill>_base, …
 
 
+class InfraOutage(TrmError):
+    """Most recent rollouts failed for infrastructure reasons: stop, do not decide."""
+
+
 @dataclass
 class LoopContext:
     """Dependencies of the loop (no mutable training state)."""
@@ -61,6 +68,10 @@ class LoopContext:
     base: str = RUN_BASE
     observers: tuple[LoopObserver, ...] = ()  # benchmarks, progress displays (observer.py)
     _log: RunLog | None = field(default=None, repr=False)
+    _recent_infra: deque[bool] = field(default_factory=lambda: deque(maxlen=20), repr=False)
+
+    def __post_init__(self) -> None:
+        self._recent_infra = deque(maxlen=self.cfg.infra_outage_window)
 
     # -- workspace ------------------------------------------------------------------------------
 
@@ -167,7 +178,29 @@ class LoopContext:
         )
         for o in self.observers:
             o.on_barrier(result)
+        self._check_outage(result)
         return result
+
+    def _check_outage(self, result: InferenceResult) -> None:
+        """Issue 18.3: a unit whose rollouts are mostly infra failures is not a result. The last
+        ``infra_outage_window`` rollouts of the process are watched; past ``infra_outage_rate``
+        the unit stops before its checkpoint (so it is re-run, rolled back, on resume) and
+        nothing is decided or finalized on an outage."""
+        window = self._recent_infra
+        for p in result.predictions:
+            window.append(p.failure_kind == FAILURE_INFRA)
+        cfg = self.cfg
+        n = len(window)
+        if n >= min(cfg.infra_outage_window, 10) and sum(window) / n >= cfg.infra_outage_rate:
+            errors = sorted({p.error for p in result.predictions if p.error})[:3]
+            window.clear()
+            raise InfraOutage(
+                f"{sum(1 for p in result.predictions if p.failure_kind == FAILURE_INFRA)} of "
+                f"{result.n} rollouts of run {result.run_id} failed for infrastructure reasons "
+                f"(model endpoint unreachable or failing: {'; '.join(errors) or 'no detail'}); "
+                "the unit was stopped before its checkpoint — fix the endpoint "
+                "(TRM_LLM_BASE_URL, TRM_LLM_API_KEY) and run `trm train --resume`"
+            )
 
     def _on_rollouts(self, progress: InferenceProgress) -> None:
         for o in self.observers:
