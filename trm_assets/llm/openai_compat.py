@@ -33,6 +33,17 @@ any other 4xx (400, 401, 403, 404, 422 …)         :class:`ProviderRequestError
                                                   the run, not be scored as data
 ================================================  ==========================================
 
+A 200 that is not a chat completion (not JSON, not an object, no or an empty ``choices`` list, no
+``message`` object, a tool call without a function name) is *infrastructure* (GATE.md §2: the
+server answered garbage, the model was not asked), retried, then :class:`InfraError`
+``invalid_response`` naming what was wrong; it never raises anything else. A well-formed reply
+with empty text is a *task* outcome (returned). Connection refused on every call is infra too;
+the harness's failure budget decides when a unit of infra failures is no result.
+
+A key that cannot be sent in an HTTP header (a trailing newline, whitespace, non-ASCII or control
+characters) is :class:`ApiKeyFormatError` when the provider is built, before any request; an
+empty key means no key.
+
 Why a validation 500 is retried once before it counts as deterministic: a server may fail to read
 a truncated upload the same way; twice the same body for the same bytes is not an outage. A 500
 with another body, or the same body on one call only, stays infra. Every message quotes the server
@@ -79,6 +90,7 @@ import httpx
 from pydantic import SecretStr
 
 from trm_assets.llm.protocol import (
+    ApiKeyFormatError,
     ChatResponse,
     ContextLengthExceeded,
     InfraError,
@@ -197,6 +209,12 @@ class OpenAICompatProvider:
             raise ValueError("model must be a non-empty model name")
         if api_key is not None and not isinstance(api_key, SecretStr):
             raise TypeError("api_key must be a pydantic SecretStr (or None), never a plain str")
+        if api_key is not None and api_key.get_secret_value() == "":
+            api_key = None  # an empty TRM_LLM_API_KEY= means no key (a local server needs none)
+        if api_key is not None:
+            problem = api_key_problem(api_key.get_secret_value())
+            if problem is not None:
+                raise ApiKeyFormatError(problem)
         if timeout_s <= 0 or max_retries < 0 or max_concurrency < 1 or reject_after < 1:
             raise ValueError(
                 "timeout_s must be > 0, max_retries >= 0, max_concurrency >= 1 and "
@@ -526,43 +544,22 @@ class OpenAICompatProvider:
         )
 
     def _parse(self, raw: bytes, latency: float) -> ChatResponse:
+        """A 200's body as a :class:`ChatResponse`, or :class:`InfraError` ``invalid_response``
+        naming what is wrong (GATE.md §2: a server that answers garbage is infrastructure)."""
         try:
             data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             raise self._infra(
                 "invalid_response", f"{self._shown_url} returned a body that is not JSON"
             ) from None
         try:
-            choice = data["choices"][0]
-            message = choice["message"]
-            if not isinstance(message, dict):
-                raise TypeError("message is not an object")
-            content = message.get("content")
-            if content is not None and not isinstance(content, str):
-                content = _content_text(content)
-            calls = []
-            for i, c in enumerate(message.get("tool_calls") or []):
-                fn = c["function"]
-                args = fn.get("arguments")
-                if args is None:
-                    args = "{}"
-                elif not isinstance(args, str):  # some servers send an object
-                    args = json.dumps(args, ensure_ascii=False)
-                calls.append(
-                    ToolCall(
-                        id=str(c.get("id") or f"call_{i}_{uuid.uuid4().hex[:8]}"),
-                        name=str(fn["name"]),
-                        arguments=args,
-                    )
-                )
-            u = data.get("usage") or {}
-            usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
-        except (KeyError, IndexError, TypeError, ValueError) as e:
+            reply = _read_completion(data)
+        except _NotACompletion as e:
             raise self._infra(
                 "invalid_response",
-                f"{self._shown_url} returned JSON that is not a chat completion "
-                f"({type(e).__name__}: {excerpt(str(e), self._secrets, 200)})",
+                f"{self._shown_url} returned a 200 that is not a chat completion: {e}",
             ) from None
+        content, calls, usage, model, finish = reply
         mask = self._mask
         return ChatResponse(
             content=mask(content) if content is not None else None,
@@ -571,10 +568,109 @@ class OpenAICompatProvider:
                 for c in calls
             ),
             usage=usage,
-            model=mask(str(data.get("model") or self._model)),
-            finish_reason=mask(str(choice.get("finish_reason") or "stop")),
+            model=mask(model or self._model),
+            finish_reason=mask(finish or "stop"),
             latency_s=latency,
         )
+
+
+class _NotACompletion(ValueError):
+    """Why a decoded 200 body is not a chat completion (for the InfraError message)."""
+
+
+def _read_completion(
+    data: Any,
+) -> tuple[str | None, list[ToolCall], Usage, str, str]:
+    """``(content, tool calls, usage, model, finish_reason)`` of a decoded chat completion.
+
+    Raises :class:`_NotACompletion` for every shape that is not one (never another exception):
+    not an object, no/empty ``choices``, a choice without a ``message`` object, ``tool_calls``
+    that is not a list of ``{"function": {"name": str, ...}}``.
+    """
+    if not isinstance(data, dict):
+        raise _NotACompletion(f"the body is a JSON {type(data).__name__}, not an object")
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        raise _NotACompletion("no 'choices' list")
+    if not choices:
+        raise _NotACompletion("the 'choices' list is empty")
+    choice = choices[0]
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+        raise _NotACompletion("choices[0] has no 'message' object")
+    message = choice["message"]
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        content = _content_text(content)
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise _NotACompletion("message.tool_calls is not a list")
+    calls = []
+    for i, c in enumerate(raw_calls):
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise _NotACompletion(f"message.tool_calls[{i}] has no function name")
+        args = fn.get("arguments")
+        if args is None:
+            args = "{}"
+        elif not isinstance(args, str):  # some servers send an object
+            args = json.dumps(args, ensure_ascii=False)
+        call_id = c.get("id")
+        calls.append(
+            ToolCall(
+                id=str(call_id) if call_id else f"call_{i}_{uuid.uuid4().hex[:8]}",
+                name=fn["name"],
+                arguments=args,
+            )
+        )
+    u = data.get("usage")
+    usage = Usage()
+    if isinstance(u, dict):
+        try:
+            usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
+        except (TypeError, ValueError, OverflowError):
+            usage = Usage()
+    model = data.get("model")
+    finish = choice.get("finish_reason")
+    return (
+        content,
+        calls,
+        usage,
+        model if isinstance(model, str) else "",
+        finish if isinstance(finish, str) else "",
+    )
+
+
+_KEY_CHARACTER_NAMES = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", " ": "a space"}
+
+
+def api_key_problem(secret: str) -> str | None:
+    """Why ``secret`` cannot go into an ``Authorization`` header, or None. Never shows the key.
+
+    Allowed: visible ASCII (``!`` … ``~``). Anything else makes every request fail on the client
+    (httpx/h11 refuse the header: "LocalProtocolError", or a ``UnicodeEncodeError``), so it is
+    refused once, when the provider is built.
+    """
+    bad = [(i, ch) for i, ch in enumerate(secret) if not ("!" <= ch <= "~")]
+    if not bad:
+        return None
+    i, ch = bad[0]
+    what = _KEY_CHARACTER_NAMES.get(ch) or (
+        "a non-ASCII character" if ord(ch) > 127 else "a control character"
+    )
+    where = (
+        "at its end"
+        if i == len(secret) - 1
+        else "at its start"
+        if i == 0
+        else f"at character {i + 1} of {len(secret)}"
+    )
+    more = f" ({len(bad)} such characters in all)" if len(bad) > 1 else ""
+    return (
+        f"the API key (TRM_LLM_API_KEY, or OPENAI_API_KEY) contains {what} {where}{more}: an HTTP "
+        "header cannot carry it, so every request would fail before reaching the server. Set the "
+        "key again without it (a key pasted with its line break, or written with `echo` into a "
+        "file, often ends with a newline). The key itself is not shown."
+    )
 
 
 @functools.cache
@@ -596,7 +692,9 @@ def _split_userinfo(url: str) -> tuple[httpx.BasicAuth | None, str]:
 def _content_text(content: Any) -> str:
     """Join the text parts of a list-of-parts content (some servers return that shape)."""
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        return "".join(
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
     return str(content)
 
 
