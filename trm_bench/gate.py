@@ -238,6 +238,58 @@ QUICK_REPLICATES = 3000
 FULL_REPLICATES = 20000
 
 
+# ------------------------------------------------------------------------------------------------
+# GATE §10.2 worst case for the configurations the defaults produce (issue 15 B)
+
+WORST_CASE_ROWS: tuple[tuple[str, int, int, bool, float, float], ...] = (
+    # (label, pool N, passes, fresh draws per pass, alpha, alpha_early)
+    ("fresh draws (T > 0), N = 150, 1 pass", 150, 1, True, 0.05, 0.01),
+    ("fresh draws (T > 0), N = 50, 3 passes (default < 60)", 50, 3, True, 0.05, 0.01),
+    ("deterministic (T = 0), N = 50, 1 uniform pass (default)", 50, 1, False, 0.05, 0.01),
+    ("deterministic (T = 0), N = 150, 1 uniform pass (default)", 150, 1, False, 0.05, 0.01),
+    ("deterministic (T = 0), N = 50, 3 REPLAYED passes (the old plan)", 50, 3, False, 0.05, 0.01),
+    ("fresh draws, N = 50, 3 passes, alpha = .10", 50, 3, True, 0.10, 0.02),
+)
+
+
+def worst_case_table(replicates: int, seed: int) -> list[dict[str, Any]]:
+    """Every question at p_B = p_C = ½ (ψ = ½, the least favourable null), blocks of 10, hybrid.
+
+    With fresh draws every pass draws both arms again; with deterministic decoding a question's
+    pair is drawn once and every pass replays it (what a temperature-0 server does).
+    """
+    rng = np.random.default_rng(seed)
+    rows = []
+    for label, n, passes, fresh, alpha, alpha_early in WORST_CASE_ROWS:
+        params = GateParams(mode="hybrid", alpha=alpha, alpha_early=alpha_early, block=10)
+        plan = gate_plan([f"q{i}" for i in range(n)], passes, params.block)
+        accepts = 0
+        for _ in range(replicates):
+            b = rng.random((passes if fresh else 1, n)) < 0.5
+            c = rng.random((passes if fresh else 1, n)) < 0.5
+            base = {
+                (f"q{i}", r): bool(b[r if fresh else 0, i]) for i in range(n) for r in range(passes)
+            }
+            cand = {
+                (f"q{i}", r): bool(c[r if fresh else 0, i]) for i in range(n) for r in range(passes)
+            }
+            accepted, _ = run_gate(plan, dict(base), dict(cand), params)
+            accepts += accepted
+        rate = accepts / replicates
+        se = math.sqrt(max(rate * (1 - rate), 1e-12) / replicates)
+        rows.append(
+            {
+                "setting": label,
+                "alpha": alpha,
+                "replicates": replicates,
+                "false_accept_rate": round(rate, 4),
+                "se": round(se, 4),
+                "within_alpha_2se": rate <= alpha + 2 * math.sqrt(alpha * (1 - alpha) / replicates),
+            }
+        )
+    return rows
+
+
 @click.command("gate")
 @click.option("--quick", is_flag=True, help=f"{QUICK_REPLICATES} replicates per cell (< 1 min).")
 @click.option("--json", "as_json", is_flag=True, help="Print the cases as JSON.")
@@ -248,10 +300,31 @@ FULL_REPLICATES = 20000
     default=None,
     help=f"Replicates per cell (default {FULL_REPLICATES}, or {QUICK_REPLICATES} with --quick).",
 )
-def cli(quick: bool, as_json: bool, seed: int, replicates: int | None) -> None:
+@click.option(
+    "--worst-case",
+    is_flag=True,
+    help="GATE §10.2's least-favourable null for the default configurations (fresh vs T = 0).",
+)
+def cli(quick: bool, as_json: bool, seed: int, replicates: int | None, worst_case: bool) -> None:
     """Reproduce GATE.md §10.3 (acceptance rates and rollouts) on the real gate kernel."""
     reps = replicates or (QUICK_REPLICATES if quick else FULL_REPLICATES)
     started = time.perf_counter()
+    if worst_case:
+        table = worst_case_table(reps, seed)
+        if as_json:
+            click.echo(json.dumps({"worst_case": table}, indent=1))
+            return
+        click.echo(
+            "| setting (hybrid, blocks of 10, p_B = p_C = ½) | α | false accepts | ≤ α + 2 SE |"
+        )
+        click.echo("|---|---|---|---|")
+        for r in table:
+            click.echo(
+                f"| {r['setting']} | {r['alpha']} | {100 * r['false_accept_rate']:.2f}% "
+                f"± {100 * r['se']:.2f} | {'yes' if r['within_alpha_2se'] else '**no**'} |"
+            )
+        click.echo(f"({time.perf_counter() - started:.0f}s, {reps} replicates, seed {seed})")
+        return
     progress = None if as_json else (lambda msg: click.echo(msg, err=True))
     cases = run_study(reps, seed, progress)
     if as_json:

@@ -109,3 +109,31 @@ def test_fresh_draws_cycle_the_ladder_and_truncated_cold_plans_go_uniform(tmp_pa
         warm = SequentialGate().plan(ctx, replace(req, ladder_warm=True))
         assert warm.order == "ladder-warm"
         assert warm.positions == tuple((q, 0) for q in req.ladder_qids[:2])
+
+
+def test_replayed_passes_inflate_false_accepts_and_one_uniform_pass_does_not() -> None:
+    """GATE §10.2's least-favourable null (p_B = p_C = ½) at temperature 0: replaying a pair
+    three times (the old plan) accepts far above α; one pass (the new plan) stays within α."""
+    import math
+
+    import numpy as np
+
+    from trm_assets.domain.gate import GateParams, gate_plan
+    from trm_bench.gate import run_gate
+
+    rng = np.random.default_rng(7)
+    params = GateParams(mode="hybrid", block=10)
+    reps, n = 1500, 50
+    rates = {}
+    for passes in (1, 3):
+        plan = gate_plan([f"q{i}" for i in range(n)], passes, params.block)
+        accepts = 0
+        for _ in range(reps):
+            b, c = rng.random(n) < 0.5, rng.random(n) < 0.5  # one draw per question: replayed
+            base = {(f"q{i}", r): bool(b[i]) for i in range(n) for r in range(passes)}
+            cand = {(f"q{i}", r): bool(c[i]) for i in range(n) for r in range(passes)}
+            accepts += run_gate(plan, dict(base), dict(cand), params)[0]
+        rates[passes] = accepts / reps
+    se = math.sqrt(0.05 * 0.95 / reps)
+    assert rates[1] <= 0.05 + 2 * se
+    assert rates[3] > 0.05 + 4 * se  # the replayed evidence the config now refuses
