@@ -40,6 +40,12 @@ server answered garbage, the model was not asked), retried, then :class:`InfraEr
 with empty text is a *task* outcome (returned). Connection refused on every call is infra too;
 the harness's failure budget decides when a unit of infra failures is no result.
 
+Timeouts: ``timeout_s`` (``TRM_LLM_TIMEOUT_S``) is a wall-clock deadline per attempt — connect,
+upload and the whole response — enforced with :func:`asyncio.timeout` around the request, since
+httpx's timeout only bounds each read (a server sending one byte per second never trips it). An
+attempt cut by the deadline is an :class:`InfraError` ``timeout`` and retried like any other.
+Waiting for a concurrency slot is not part of the deadline.
+
 A key that cannot be sent in an HTTP header (a trailing newline, whitespace, non-ASCII or control
 characters) is :class:`ApiKeyFormatError` when the provider is built, before any request; an
 empty key means no key.
@@ -175,7 +181,8 @@ class OpenAICompatProvider:
     """Chat completions with tools over HTTP. See the module docstring for the error policy.
 
     ``base_url`` is the API root (``http://127.0.0.1:8000/v1``); requests go to
-    ``{base_url}/chat/completions``. ``timeout_s`` bounds one HTTP attempt (connect + read);
+    ``{base_url}/chat/completions``. ``timeout_s`` bounds one HTTP attempt by the wall clock
+    (connect + upload + the whole response, not one read);
     ``max_retries`` counts retries after the first attempt. Prices, when given, are per 1000
     tokens and feed :attr:`cost_usd`. ``tool_mode`` is ``TRM_LLM_TOOL_MODE`` (``"native"`` or
     ``"text"``); ``reject_after`` is how many identical validation-error bodies make a
@@ -415,10 +422,20 @@ class OpenAICompatProvider:
             t0 = time.perf_counter()
             retry_after: float | None = None
             try:
-                resp = await client.post(self._url, content=payload, headers=self._headers())
-            except httpx.TimeoutException:
+                # One wall-clock deadline for the whole attempt (connect, upload, every byte of
+                # the response): httpx's own timeout is per read, so a server dripping one byte
+                # a second would hold the call for ever (issue 18.4).
+                async with asyncio.timeout(self.timeout_s):
+                    resp = await client.post(self._url, content=payload, headers=self._headers())
+            except (httpx.TimeoutException, TimeoutError):
                 last = self._infra(
-                    "timeout", f"no response from {self._shown_url} within {self.timeout_s:g} s"
+                    "timeout",
+                    f"no complete response from {self._shown_url} within {self.timeout_s:g} s "
+                    "(TRM_LLM_TIMEOUT_S bounds the whole attempt)",
+                )
+            except httpx.DecodingError:  # a body that cannot be decoded (bad gzip, charset)
+                last = self._infra(
+                    "invalid_response", f"{self._shown_url} sent a body that cannot be decoded"
                 )
             except httpx.TransportError as e:  # connect errors, resets, protocol errors
                 detail = excerpt(str(e), self._secrets, 200)
