@@ -34,7 +34,13 @@ from trm_assets.domain.errors import TrmError
 from trm_assets.evolution.types import SystemCasePack, ToolCasePack, to_jsonable
 from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.storage.atomic import atomic_write_json
-from trm_assets.harness.storage.versions import list_versions, parse_version
+from trm_assets.harness.storage.versions import (
+    IntegrityError,
+    StoreError,
+    list_versions,
+    parse_version,
+    verify_version,
+)
 from trm_assets.harness.storage.workspace import (
     BestPointer,
     VersionPair,
@@ -310,4 +316,75 @@ def open_unit(
         )
     restore_workspace_to_mark(workspace, state.workspace_mark)
     purge_cache_runs(cache_dir, run_prefix)
+    # Issue 18.5: a deleted or hand-edited version the loop will decide with is found here, at
+    # the start of the unit, not after the unit's work (the slow update reads best at the end).
+    verify_referenced_versions(workspace, state)
     return state
+
+
+def referenced_versions(workspace: Path, state: TrainState | None) -> list[tuple[str, str, str]]:
+    """(who refers, store kind, version) for every version the manifest and the checkpoint
+    point at: current, best, the baseline, the epoch start, probation anchors, the seed eval."""
+    m = read_manifest(workspace)
+    refs: list[tuple[str, str, str]] = [
+        ("manifest.json current", "skills", m.current.skills),
+        ("manifest.json current", "prompts", m.current.prompts),
+    ]
+    if m.best is not None:
+        refs += [("manifest.json best", "skills", m.best.skills)]
+        refs += [("manifest.json best", "prompts", m.best.prompts)]
+    if state is not None:
+        pairs: list[tuple[str, Mapping[str, Any] | None]] = [
+            (
+                "state.json baseline",
+                {
+                    "skills": state.baseline_skills_version,
+                    "prompts": state.baseline_prompts_version,
+                },
+            ),
+            ("state.json epoch_start_versions", state.epoch_start_versions),
+            ("state.json epoch_start_best", state.epoch_start_best),
+        ]
+        if state.seed_eval is not None:
+            pairs.append(
+                (
+                    "state.json seed_eval",
+                    {
+                        "skills": state.seed_eval.get("skills_version"),
+                        "prompts": state.seed_eval.get("prompts_version"),
+                    },
+                )
+            )
+        for name, p in sorted(state.probations.items()):
+            pairs.append(
+                (
+                    f"state.json probation of {name}",
+                    {"skills": p.anchor_skills_version, "prompts": p.anchor_prompts_version},
+                )
+            )
+        for who, pair in pairs:
+            for kind in ("skills", "prompts"):
+                v = (pair or {}).get(kind)
+                if isinstance(v, str):
+                    refs.append((who, kind, v))
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for who, kind, v in refs:
+        if (kind, v) not in seen:
+            seen.add((kind, v))
+            out.append((who, kind, v))
+    return out
+
+
+def verify_referenced_versions(workspace: Path, state: TrainState | None) -> None:
+    """Every referenced version (:func:`referenced_versions`) exists and matches its hashes;
+    raises :class:`~trm_assets.harness.storage.versions.IntegrityError` naming the reference."""
+    skills_root, prompts_root = store_roots(workspace)
+    for who, kind, version in referenced_versions(workspace, state):
+        root = skills_root if kind == "skills" else prompts_root
+        try:
+            verify_version(root, version)
+        except StoreError as e:
+            raise IntegrityError(
+                f"{workspace}: {who} refers to {kind} version {version}, which is unusable: {e}"
+            ) from None

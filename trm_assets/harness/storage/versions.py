@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -124,9 +125,13 @@ def content_hashes(files: Mapping[str, str]) -> dict[str, str]:
 
 def tree_hash(files: Mapping[str, str]) -> str:
     """One hash over a whole directory's content (names and texts)."""
+    return _hash_of_hashes(content_hashes(files))
+
+
+def _hash_of_hashes(hashes: Mapping[str, str]) -> str:
     h = hashlib.sha256()
-    for name, digest in content_hashes(files).items():
-        h.update(f"{name}\0{digest}\n".encode())
+    for name in sorted(hashes):
+        h.update(f"{name}\0{hashes[name]}\n".encode())
     return h.hexdigest()
 
 
@@ -180,8 +185,100 @@ def read_tree(directory: str | Path) -> dict[str, str]:
 
 
 def read_version_files(root: str | Path, version: str) -> dict[str, str]:
-    """The files of one version, ``{relative path: text}``, without its meta."""
-    return read_tree(version_dir(root, version))
+    """The files of one version, ``{relative path: text}``, without its meta, **verified**
+    against the per-file hashes of its ``_meta.json`` (:func:`verify_version`)."""
+    return dict(_verified(root, version)[1])
+
+
+def verify_version(root: str | Path, version: str) -> VersionMeta:
+    """Check that a version holds exactly the files its meta lists, with their hashes.
+
+    A file edited, added (``evil.md``) or removed after the version was written raises
+    :class:`IntegrityError` naming the file and the version (issue 18.5: a hand edit must never
+    change results silently). Cheap to repeat: a version whose files' (inode, size, mtime,
+    ctime) are unchanged since it was last verified in this process is not hashed again.
+    """
+    return _verified(root, version)[0]
+
+
+class IntegrityError(StoreError):
+    """A version whose content no longer matches the hashes recorded when it was written."""
+
+
+# Versions verified in this process: resolved directory -> (stat signature, meta, files). A
+# signature that differs (any file touched, added or removed) re-reads and re-verifies.
+_VERIFIED: OrderedDict[Path, tuple[tuple[Any, ...], VersionMeta, dict[str, str]]] = OrderedDict()
+_VERIFIED_MAX = 512
+
+
+def _signature(directory: Path) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for path in sorted(directory.rglob("*")):
+        st = path.lstat()
+        out.append(
+            (
+                path.relative_to(directory).as_posix(),
+                st.st_mode,
+                st.st_ino,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+            )
+        )
+    return tuple(out)
+
+
+def _verified(root: str | Path, version: str) -> tuple[VersionMeta, dict[str, str]]:
+    d = version_dir(root, version)
+    key = d.resolve()
+    sig = _signature(d)  # before reading: a change after this point re-verifies next time
+    hit = _VERIFIED.get(key)
+    if hit is not None and hit[0] == sig:
+        _VERIFIED.move_to_end(key)
+        return hit[1], hit[2]
+    files = read_tree(d)
+    meta = read_meta(root, version)
+    problems = integrity_problems(d, Path(root).name, version, meta, files)
+    if problems:
+        more = f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})" if problems[1:] else ""
+        raise IntegrityError(problems[0] + more)
+    _VERIFIED[key] = (sig, meta, files)
+    while len(_VERIFIED) > _VERIFIED_MAX:
+        _VERIFIED.popitem(last=False)
+    return meta, files
+
+
+def integrity_problems(
+    directory: Path, kind: str, version: str, meta: VersionMeta, files: Mapping[str, str]
+) -> list[str]:
+    """What differs between a version's files and its meta, one human line each."""
+    meta_path = directory / META_FILE
+    fix = (
+        "versions are immutable: restore the original content (changed skills belong in a new "
+        "workspace, `trm init`); `trm check WORKSPACE` lists every problem"
+    )
+    problems: list[str] = []
+    if meta.version != version:
+        problems.append(f"{meta_path}: describes version {meta.version}, not {version} ({fix})")
+    actual = content_hashes(files)
+    for name in sorted(set(actual) | set(meta.files)):
+        where = f"{directory / name}"
+        if name not in meta.files:
+            problems.append(
+                f"{where}: not part of {kind} version {version} (not listed in {meta_path}); {fix}"
+            )
+        elif name not in actual:
+            problems.append(
+                f"{where}: missing from {kind} version {version} (listed in {meta_path}); {fix}"
+            )
+        elif actual[name] != meta.files[name]:
+            problems.append(
+                f"{where}: edited after {kind} version {version} was written (its content does "
+                f"not match the hash in {meta_path}); {fix}"
+            )
+    if not problems and _hash_of_hashes(meta.files) != meta.content_hash:
+        problems.append(f"{meta_path}: content_hash does not match its per-file hashes ({fix})")
+    return problems
 
 
 # ------------------------------------------------------------------------------------------------

@@ -44,7 +44,6 @@ from trm_assets.harness.storage.versions import (
     parse_version,
     promote_to_seed,
     read_seed,
-    read_text_exact,
     read_tree,
     read_version_files,
     version_dir,
@@ -400,7 +399,7 @@ def revert_files(
 
 
 class _VersionDirectory:
-    """One immutable version directory of a store."""
+    """One immutable version directory of a store; reads are verified against its meta."""
 
     def __init__(self, directory: Path, version: str) -> None:
         self.directory = directory
@@ -410,37 +409,41 @@ class _VersionDirectory:
     def version(self) -> str:
         return self._version
 
+    def _files(self) -> dict[str, str]:
+        return read_version_files(self.directory.parent, self._version)
+
     def list_files(self) -> list[str]:
         raise NotImplementedError
 
-    def _read(self, path: Path, kind: str) -> str:
-        try:
-            return read_text_exact(path)
-        except FileNotFoundError:
+    def _read(self, name: str, kind: str) -> str:
+        text = self._files().get(name)
+        if text is None:
             raise WorkspaceError(
-                f"{path}: not in {kind} version {self.version} (files: "
+                f"{self.directory / name}: not in {kind} version {self.version} (files: "
                 f"{', '.join(self.list_files()) or 'none'})"
-            ) from None
+            )
+        return text
 
 
 class VersionedSkillStore(_VersionDirectory):
     """Skill files of one immutable version directory (``*.md``)."""
 
     def list_files(self) -> list[str]:
-        return sorted(p.name for p in self.directory.glob("*.md") if p.is_file())
+        return sorted(n for n in self._files() if "/" not in n and n.endswith(".md"))
 
     def read(self, name: str) -> str:
-        return self._read(resolve_skill_file(self.directory, name), "skills")
+        resolve_skill_file(self.directory, name)  # refuses hostile names
+        return self._read(name, "skills")
 
 
 class VersionedPromptStore(_VersionDirectory):
     """Prompt files of one immutable version directory (relative paths, subdirectories allowed)."""
 
     def list_files(self) -> list[str]:
-        return sorted(read_tree(self.directory))
+        return sorted(self._files())
 
     def read(self, name: str) -> str:
-        return self._read(self.directory / check_relative_name(name), "prompts")
+        return self._read(check_relative_name(name), "prompts")
 
 
 def skill_store(paths: ResolvedPaths) -> VersionedSkillStore:
