@@ -82,6 +82,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import random
 import ssl
 import threading
@@ -96,6 +97,7 @@ import httpx
 from pydantic import SecretStr
 
 from trm_assets.llm.protocol import (
+    MAX_TOKENS_PER_CALL,
     ApiKeyFormatError,
     ChatResponse,
     ContextLengthExceeded,
@@ -453,6 +455,15 @@ class OpenAICompatProvider:
                     except InfraError as e:
                         last = e
                     else:
+                        if out.usage.unreliable:
+                            log.warning(
+                                "usage from %s is not a valid token count (%s): counted as "
+                                "%d prompt + %d completion tokens, marked unreliable",
+                                self._shown_url,
+                                excerpt(_usage_text(resp.content), self._secrets, 120),
+                                out.usage.prompt_tokens,
+                                out.usage.completion_tokens,
+                            )
                         with self._lock:
                             self._calls += 1
                             self._usage = self._usage + out.usage
@@ -565,7 +576,7 @@ class OpenAICompatProvider:
         naming what is wrong (GATE.md §2: a server that answers garbage is infrastructure)."""
         try:
             data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, a 5000-digit number
             raise self._infra(
                 "invalid_response", f"{self._shown_url} returned a body that is not JSON"
             ) from None
@@ -639,13 +650,7 @@ def _read_completion(
                 arguments=args,
             )
         )
-    u = data.get("usage")
-    usage = Usage()
-    if isinstance(u, dict):
-        try:
-            usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
-        except (TypeError, ValueError, OverflowError):
-            usage = Usage()
+    usage = checked_usage(data.get("usage"))
     model = data.get("model")
     finish = choice.get("finish_reason")
     return (
@@ -655,6 +660,50 @@ def _read_completion(
         model if isinstance(model, str) else "",
         finish if isinstance(finish, str) else "",
     )
+
+
+def checked_count(value: Any) -> tuple[int, bool]:
+    """``(count, reliable)``: a token count clamped into ``0..MAX_TOKENS_PER_CALL`` (issue 18.7).
+
+    An integer in range (or an integral float) is reliable; anything else — out of range,
+    negative, fractional, NaN/infinite, a numeric string, a bool, another type — is clamped
+    (non-numbers count 0) and marked unreliable. Missing (None) is 0 and reliable.
+    """
+    if value is None:
+        return 0, True
+    if isinstance(value, bool):
+        return 0, False
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return 0, False
+        n, _ = checked_count(value)
+        return n, False
+    if isinstance(value, float):
+        if math.isnan(value):
+            return 0, False
+        if math.isinf(value):
+            return (MAX_TOKENS_PER_CALL if value > 0 else 0), False
+        reliable = value.is_integer()
+        n, in_range = checked_count(int(value))
+        return n, reliable and in_range
+    if isinstance(value, int):
+        if 0 <= value <= MAX_TOKENS_PER_CALL:
+            return value, True
+        return (MAX_TOKENS_PER_CALL if value > 0 else 0), False
+    return 0, False
+
+
+def checked_usage(u: Any) -> Usage:
+    """The ``usage`` object of a completion as a checked :class:`Usage` (never raises)."""
+    if u is None:
+        return Usage()
+    if not isinstance(u, dict):
+        return Usage(unreliable=True)
+    prompt, p_ok = checked_count(u.get("prompt_tokens"))
+    completion, c_ok = checked_count(u.get("completion_tokens"))
+    return Usage(prompt, completion, unreliable=not (p_ok and c_ok))
 
 
 _KEY_CHARACTER_NAMES = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", " ": "a space"}
@@ -704,6 +753,14 @@ def _split_userinfo(url: str) -> tuple[httpx.BasicAuth | None, str]:
         return None, url
     auth = httpx.BasicAuth(unquote(parts.username or ""), unquote(parts.password or ""))
     return auth, urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _usage_text(raw: bytes) -> str:
+    """The reported ``usage`` of a body, for the unreliable-usage log line."""
+    try:
+        return json.dumps(json.loads(raw).get("usage"))[:200]
+    except (ValueError, AttributeError, RecursionError, TypeError):
+        return "?"
 
 
 def _content_text(content: Any) -> str:

@@ -106,10 +106,19 @@ class ToolCall:
     arguments: str  # raw JSON text, exactly as the model produced it
 
 
+#: The largest token count one call may report (issue 18.7): a server's ``10**20`` would crash a
+#: DuckDB BIGINT column later; larger, negative or non-integer counts are clamped and flagged.
+MAX_TOKENS_PER_CALL = 10**9
+
+
 @dataclass(frozen=True)
 class Usage:
+    """Token counts. ``unreliable`` is True when a server reported a count that is not an
+    integer in ``0..MAX_TOKENS_PER_CALL`` (clamped; sums keep the flag)."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    unreliable: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -119,6 +128,7 @@ class Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
+            self.unreliable or other.unreliable,
         )
 
 
