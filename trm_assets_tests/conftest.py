@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# hand-written fixtures of every question format and of the tree schema, for every layer
+pytest_plugins = ["trm_assets_tests.data_fixtures"]
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -69,8 +69,8 @@ def layer_violations(pkg_root: Path = PKG) -> list[str]:
         for line, imp in _imports(path):
             where = f"{path.relative_to(ROOT)}:{line} imports {imp}"
 
-            def report(rule: str, where: str = where, line: int = line) -> None:
-                bad.setdefault((str(path), line, rule), f"{where} ({rule})")
+            def report(rule: str, where: str = where, line: int = line, p: Path = path) -> None:
+                bad.setdefault((str(p), line, rule), f"{where} ({rule})")
 
             if layer in LOWER and any(_under(imp, u) for u in UPPER):
                 report("a lower layer importing defs/cli/benchmarks")

@@ -8,8 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from trm_assets.cli import main
-
-from .conftest import tree_dict, video
+from trm_assets_tests.data_fixtures import tree_dict, video
 
 
 def _dataset(tmp_path: Path) -> Path:

@@ -15,8 +15,7 @@ from trm_assets.harness.data.questions import (
     load_questions,
     strip_trailing_commas,
 )
-
-from .conftest import flat_rows, video
+from trm_assets_tests.data_fixtures import flat_rows, video
 
 
 def test_official_json_current_keys(write_json) -> None:

@@ -118,7 +118,7 @@ from trm_assets.harness.storage.versions import read_meta, read_version_files
 from trm_assets.harness.storage.workspace import read_manifest
 from trm_assets.llm.factory import ProviderConfigError, build_providers
 from trm_assets.llm.settings import Settings
-from trm_assets_tests.loop.conftest import (
+from trm_assets_tests.harness.loop.conftest import (
     SMOKE_CONFIG,
     digest,
     new_workspace,
