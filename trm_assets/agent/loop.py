@@ -10,7 +10,16 @@ Conversation contract: see :mod:`trm_assets.agent.messages` (rendering) and
 * the prompt outgrew the model's context window (HTTP 400 "context length") →
   ``"context_length"`` (a task failure: the agent's own conversation is too long);
 * an :class:`~trm_assets.llm.protocol.InfraError` (model or VLM) → ``"error"`` with
-  ``infra_error`` set: an infra failure (GATE.md §2). Any other exception is a bug and propagates.
+  ``infra_error`` set: an infra failure (GATE.md §2).
+
+A :class:`~trm_assets.llm.protocol.ProviderRequestError` other than the context-length one —
+a bad key or model, :class:`~trm_assets.llm.protocol.ProviderRejectsRequests` (the server refuses
+the request shape), :class:`~trm_assets.llm.protocol.ToolCallingUnsupported` — is systemic and
+propagates: the unit stops. Any other exception is a bug and propagates too.
+
+Every turn the loop sends is in the shape strict servers accept (the protocol module lists
+them): the assistant's tool-call turn with ``content`` a string (``""``, never ``null``), each
+tool result ``{"role": "tool", "tool_call_id", "name", "content"}`` (:func:`tool_message`).
 
 Every model call and every tool call is traced (:class:`TraceStep`).
 

@@ -70,6 +70,10 @@ the reply's text (:mod:`trm_assets.llm.text_tools`), for servers or models witho
 A native-mode request refused because tools are unsupported raises
 :class:`ToolCallingUnsupported`, whose message names ``TRM_LLM_TOOL_MODE=text``.
 
+Usage (issue 18.7): every reported token count is checked (:func:`checked_usage`): an integer in
+``0..MAX_TOKENS_PER_CALL`` is taken as is; anything else is clamped, the :class:`Usage` is marked
+``unreliable`` and a warning is logged — a count never fails a good reply, nor a later insert.
+
 Concurrency: at most ``max_concurrency`` requests in flight per provider (an ``asyncio.Semaphore``
 per event loop; the provider can be reused across ``asyncio.run`` calls, each loop gets its own
 connection pool and semaphore). Usage and cost are accumulated over the provider's life.
