@@ -44,6 +44,7 @@ from trm_assets.harness.storage.versions import (
 from trm_assets.harness.storage.workspace import (
     BestPointer,
     VersionPair,
+    check_run_log,
     read_manifest,
     store_roots,
     write_manifest,
@@ -319,6 +320,7 @@ def open_unit(
     # Issue 18.5: a deleted or hand-edited version the loop will decide with is found here, at
     # the start of the unit, not after the unit's work (the slow update reads best at the end).
     verify_referenced_versions(workspace, state)
+    check_run_log(workspace)  # issue 18.6: a foreign or lost run log, before it is trusted
     return state
 
 

@@ -125,12 +125,14 @@ FLAG_COLUMNS: tuple[str, ...] = (
     "created_at",
 )
 
+
 DDL: dict[str, str] = {
     "schema_info": """
         CREATE TABLE IF NOT EXISTS schema_info (
             key VARCHAR PRIMARY KEY,
             value VARCHAR NOT NULL
         )""",
+
     "runs": """
         CREATE TABLE IF NOT EXISTS runs (
             run_id VARCHAR PRIMARY KEY,
@@ -216,6 +218,14 @@ DDL: dict[str, str] = {
         )""",
 }
 
+#: The workspace a run log belongs to (issue 18.6): one row, the manifest's ``workspace_id``.
+#: Kept apart from :data:`DDL` (the tables of results): it describes the file, not a run.
+IDENTITY_TABLE = "workspace_identity"
+IDENTITY_DDL = f"""
+    CREATE TABLE IF NOT EXISTS {IDENTITY_TABLE} (
+        workspace_id VARCHAR PRIMARY KEY
+    )"""
+
 _GLOB_RE = re.compile(r"^[\w\-\*\?\[\]\.]+$")
 
 
@@ -227,6 +237,14 @@ class RunLogBusyError(RunLogError):
     """The run log is being written by another process. Retry later (``retryable`` is True)."""
 
     retryable = True
+
+
+class ForeignRunLogError(RunLogError):
+    """The run log belongs to another workspace (its identity differs from the manifest's)."""
+
+
+class MissingRunLogError(RunLogError):
+    """The run log is missing although the workspace has recorded runs."""
 
 
 def to_text_field(value: Any) -> str | None:
@@ -343,7 +361,14 @@ class RunLog(_Queries):
     closes on exit. ``path=":memory:"`` gives a private in-memory log (tests, benchmarks).
     """
 
-    def __init__(self, path: str | Path, *, _token: object = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        workspace_id: str | None = None,
+        must_exist: bool = False,
+        _token: object = None,
+    ) -> None:
         if _token is not _OPEN_TOKEN:
             raise TypeError("use RunLog.open(path) (one writer per file per process)")
         self.path = Path(path)
@@ -363,37 +388,71 @@ class RunLog(_Queries):
         self._closed = False
         target = ":memory:" if str(path) == ":memory:" else str(self.path)
         if target != ":memory:":
+            if must_exist and not self.path.exists():
+                raise MissingRunLogError(
+                    f"{self.path}: missing, but the workspace has recorded runs (manifest.json "
+                    "history); the run log is never re-created empty, which would drop every "
+                    "earlier prediction. Restore it from a backup, or start a new workspace "
+                    "(`trm init`)"
+                )
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._con = _connect_writer(target, self.path)
-        with self._lock:
-            for ddl in DDL.values():
-                self._con.execute(ddl)
-            row = self._con.execute(
-                "SELECT value FROM schema_info WHERE key = 'schema_version'"
-            ).fetchone()
-            if row is None:
-                self._con.execute(
-                    "INSERT INTO schema_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
-                )
-            elif row[0] != str(SCHEMA_VERSION):
-                self._con.close()
-                raise RunLogError(
-                    f"{self.path}: run-log schema version {row[0]}, this code writes version "
-                    f"{SCHEMA_VERSION}; use a new workspace or migrate the file"
-                )
+        try:
+            with self._lock:
+                for ddl in (*DDL.values(), IDENTITY_DDL):
+                    self._con.execute(ddl)
+                row = self._con.execute(
+                    "SELECT value FROM schema_info WHERE key = 'schema_version'"
+                ).fetchone()
+                if row is None:
+                    self._con.execute(
+                        "INSERT INTO schema_info VALUES ('schema_version', ?)",
+                        [str(SCHEMA_VERSION)],
+                    )
+                elif row[0] != str(SCHEMA_VERSION):
+                    raise RunLogError(
+                        f"{self.path}: run-log schema version {row[0]}, this code writes version "
+                        f"{SCHEMA_VERSION}; use a new workspace or migrate the file"
+                    )
+                self.workspace_id = _bind_identity(self._con, self.path, workspace_id)
+        except BaseException as e:
+            self._con.close()
+            if isinstance(e, duckdb.Error):
+                raise _unreadable_error(self.path, e) from None
+            raise
 
     @classmethod
-    def open(cls, path: str | Path) -> RunLog:
-        """The process's writer of ``path`` (created with its schema if new)."""
+    def open(
+        cls, path: str | Path, *, workspace_id: str | None = None, must_exist: bool = False
+    ) -> RunLog:
+        """The process's writer of ``path`` (created with its schema if new).
+
+        ``workspace_id`` (the manifest's): a log that records another workspace's identity is
+        refused with :class:`ForeignRunLogError`; a log without one (new, or older than
+        identities) is given this one. ``must_exist``: a missing file is
+        :class:`MissingRunLogError` instead of a new empty log.
+        """
         if str(path) == ":memory:":
-            return cls(path, _token=_OPEN_TOKEN)
+            return cls(path, workspace_id=workspace_id, _token=_OPEN_TOKEN)
         key = Path(path).resolve()
         with _WRITERS_LOCK:
             existing = _WRITERS.get(key)
             if existing is not None and not existing._closed:
+                if workspace_id is not None and existing.workspace_id != workspace_id:
+                    with existing.transaction() as con:
+                        existing.workspace_id = _bind_identity(con, key, workspace_id)
                 return existing
-            log = _WRITERS[key] = cls(key, _token=_OPEN_TOKEN)
+            log = _WRITERS[key] = cls(
+                key, workspace_id=workspace_id, must_exist=must_exist, _token=_OPEN_TOKEN
+            )
             return log
+
+    @staticmethod
+    def is_open(path: str | Path) -> bool:
+        """Whether this process holds an open writer of ``path``."""
+        with _WRITERS_LOCK:
+            w = _WRITERS.get(Path(path).resolve())
+        return w is not None and not w._closed
 
     def __enter__(self) -> RunLog:
         return self
@@ -772,6 +831,44 @@ def _cast(col: str, alias: str | None = None) -> str:
     return f"CAST({ref} AS {_CASTS.get(col, 'VARCHAR')}) AS {col}"
 
 
+def _bind_identity(
+    con: duckdb.DuckDBPyConnection, path: Path, workspace_id: str | None
+) -> str | None:
+    """The log's workspace identity; record ``workspace_id`` in a log that has none, refuse a
+    log that names another workspace."""
+    rows = con.execute(f"SELECT workspace_id FROM {IDENTITY_TABLE}").fetchall()
+    stored = [str(r[0]) for r in rows]
+    if len(stored) > 1:
+        raise RunLogError(
+            f"{path}: table {IDENTITY_TABLE} names {len(stored)} workspaces ({', '.join(stored)}); "
+            "a run log belongs to exactly one — restore this workspace's own run log"
+        )
+    if stored and workspace_id is not None and stored[0] != workspace_id:
+        raise ForeignRunLogError(foreign_message(path, stored[0], workspace_id))
+    if not stored and workspace_id is not None:
+        con.execute(f"INSERT INTO {IDENTITY_TABLE} VALUES (?)", [workspace_id])
+        return workspace_id
+    return stored[0] if stored else None
+
+
+def foreign_message(path: Path, stored: str, expected: str) -> str:
+    return (
+        f"{path}: this run log belongs to workspace {stored}, not to this one ({expected} in "
+        "manifest.json) — copied from another workspace? Its predictions would be reused as "
+        "this workspace's. Put this workspace's own runs.duckdb back, or start a new workspace "
+        "(`trm init`)"
+    )
+
+
+def _unreadable_error(path: Path, e: Exception) -> RunLogError:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return RunLogError(
+        f"{path}: not a readable run log ({first}); the file is damaged or not a DuckDB "
+        "database. Restore it from a backup, or move it aside and start a new workspace "
+        "(`trm init`) — a workspace never continues with an empty run log"
+    )
+
+
 def _check_run_id(run_id: Any) -> None:
     if not isinstance(run_id, str) or not run_id.strip():
         raise ValueError(f"run_id must be a non-empty string, got {run_id!r}")
@@ -791,10 +888,14 @@ def _connect_writer(target: str, path: Path) -> duckdb.DuckDBPyConnection:
         try:
             return duckdb.connect(target)
         except duckdb.IOException as e:
-            if not _is_lock_error(e) or time.monotonic() + delay > deadline:
+            if not _is_lock_error(e):
+                raise _unreadable_error(path, e) from None
+            if time.monotonic() + delay > deadline:
                 raise _busy_error(path, e, opening_to_write=True) from None
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+        except duckdb.Error as e:
+            raise _unreadable_error(path, e) from None
 
 
 def _is_lock_error(e: Exception) -> bool:
@@ -835,33 +936,66 @@ class RunLogReader(_Queries):
         self._owned = owned
 
     @classmethod
-    def open(cls, path: str | Path, *, retries: int = 0, wait_s: float = 0.5) -> RunLogReader:
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        retries: int = 0,
+        wait_s: float = 0.5,
+        workspace_id: str | None = None,
+    ) -> RunLogReader:
         """Open ``path`` read-only.
 
         In the process that holds the writer, reads go through the writer (after a flush).
         Elsewhere the file is opened ``read_only``; if a writer in another process holds the lock,
-        retry ``retries`` times ``wait_s`` apart, then raise :class:`RunLogBusyError`.
+        retry ``retries`` times ``wait_s`` apart, then raise :class:`RunLogBusyError`. With
+        ``workspace_id``, a log that names another workspace raises :class:`ForeignRunLogError`.
         """
         p = Path(path).resolve()
         with _WRITERS_LOCK:
             writer = _WRITERS.get(p)
         if writer is not None and not writer._closed:
             writer.flush()
-            return cls(p, writer._con, writer._lock, owned=False)
+            reader = cls(p, writer._con, writer._lock, owned=False)
+        else:
+            reader = cls._connect(p, retries, wait_s)
+        if workspace_id is not None:
+            stored = reader.workspace_id()
+            if stored is not None and stored != workspace_id:
+                reader.close()
+                raise ForeignRunLogError(foreign_message(p, stored, workspace_id))
+        return reader
+
+    @classmethod
+    def _connect(cls, p: Path, retries: int, wait_s: float) -> RunLogReader:
         if not p.exists():
             raise RunLogError(f"{p}: no run log here (no run has been recorded yet?)")
         for attempt in range(retries + 1):
             try:
                 con = duckdb.connect(str(p), read_only=True)
             except duckdb.IOException as e:
+                if not _is_lock_error(e):
+                    raise _unreadable_error(p, e) from None
                 if attempt >= retries:
                     raise _busy_error(p, e) from None
                 time.sleep(wait_s)
             except duckdb.Error as e:
-                raise RunLogError(f"{p}: cannot open the run log read-only ({e})") from None
+                raise _unreadable_error(p, e) from None
             else:
                 return cls(p, con, threading.Lock(), owned=True)
         raise AssertionError("unreachable")
+
+    def workspace_id(self) -> str | None:
+        """The identity recorded in the log (None in a log older than identities)."""
+        exists = self.query(
+            "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = ? "
+            "AND database_name = current_database()",
+            [IDENTITY_TABLE],
+        )
+        if not exists[0]["n"]:
+            return None
+        rows = self.query(f"SELECT workspace_id FROM {IDENTITY_TABLE}")
+        return str(rows[0]["workspace_id"]) if len(rows) == 1 else None
 
     def close(self) -> None:
         if self._owned:

@@ -24,17 +24,19 @@ import functools
 import json
 import os
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trm_assets.domain.edits import resolve_skill_file
 from trm_assets.domain.errors import TrmError, describe_validation_error
 from trm_assets.harness.storage.atomic import atomic_write_json, atomic_write_text
 from trm_assets.harness.storage.lock import LOCK_FILE, workspace_lock
+from trm_assets.harness.storage.runlog import MissingRunLogError, RunLog
 from trm_assets.harness.storage.versions import (
     Seed,
     StoreError,
@@ -51,6 +53,7 @@ from trm_assets.harness.storage.versions import (
 )
 
 MANIFEST_FILE = "manifest.json"
+RUN_DB_FILE = "runs.duckdb"
 SKILLS_SUBDIR = "skills"  # inside prompts/ of the repository: the seed skills
 StoreKind = Literal["skills", "prompts"]
 INIT_COMMAND = "trm init"
@@ -122,7 +125,8 @@ class SeedRef(BaseModel):
 
 
 class Manifest(BaseModel):
-    """``manifest.json``. Every field is required on read: a missing key is corruption."""
+    """``manifest.json``. Every field is required on read (a missing key is corruption), except
+    ``workspace_id``, absent from workspaces created before identities existed (issue 18.6)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -133,6 +137,10 @@ class Manifest(BaseModel):
     questions_ref: str
     seed: SeedRef | None
     config_fingerprint: str | None
+    # A random id made by `trm init`, recorded in the run log too: a run log copied from another
+    # workspace, or a deleted one, is detected instead of trusted or silently re-created. Not a
+    # result: two workspaces that made the same decisions differ only here.
+    workspace_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
 
     def run(self, run_id: str) -> RunRecord | None:
         for r in self.history:
@@ -232,7 +240,7 @@ def resolve_paths(workspace: str | Path) -> ResolvedPaths:
         prompts_root=prompts_root,
         manifest=manifest_path(ws),
         runs_dir=ws / "runs",
-        run_db=ws / "runs.duckdb",
+        run_db=ws / RUN_DB_FILE,
         pools=ws / "pools.json",
         ladder=ws / "ladder.json",
         state=ws / "state.json",
@@ -337,8 +345,53 @@ def record_run(
     existing = m.run(run_id)
     if existing is not None:
         return existing
+    # The run log exists (with this workspace's identity) before the history says a run was
+    # recorded, so "history but no run log" always means a lost run log (issue 18.6).
+    if not (ws / RUN_DB_FILE).exists() and not RunLog.is_open(ws / RUN_DB_FILE):
+        open_run_log(ws).close()
     write_manifest(ws, m.model_copy(update={"history": [*m.history, rec]}))
     return rec
+
+
+# ------------------------------------------------------------------------------------------------
+# The run log of a workspace (identity, issue 18.6)
+
+
+def new_workspace_id() -> str:
+    """A random identity (not a seeded choice: it never influences a result)."""
+    return uuid.uuid4().hex
+
+
+def open_run_log(workspace: str | Path) -> RunLog:
+    """The process's writer of the workspace's run log, bound to the workspace's identity: a run
+    log of another workspace is refused, and a missing one is refused once runs were recorded
+    (never re-created empty)."""
+    ws = Path(workspace)
+    m = read_manifest(ws)
+    return RunLog.open(ws / RUN_DB_FILE, workspace_id=m.workspace_id, must_exist=bool(m.history))
+
+
+def check_run_log(workspace: str | Path) -> None:
+    """Refuse a foreign or missing run log without keeping a connection open (the start of a
+    unit of work). A run log without an identity (older code) is given the workspace's."""
+    ws = Path(workspace)
+    m = read_manifest(ws)
+    path = ws / RUN_DB_FILE
+    if not path.exists():
+        if m.history:
+            raise MissingRunLogError(
+                f"{path}: missing, but manifest.json records {len(m.history)} run(s); the run "
+                "log is never re-created empty, which would drop every earlier prediction. "
+                "Restore it from a backup, or start a new workspace (`trm init`)"
+            )
+        return
+    if m.workspace_id is None:
+        return  # a workspace older than identities: nothing to compare with
+    if RunLog.is_open(path):
+        RunLog.open(path, workspace_id=m.workspace_id)
+        return
+    with RunLog.open(path, workspace_id=m.workspace_id):
+        pass
 
 
 # ------------------------------------------------------------------------------------------------
@@ -588,6 +641,7 @@ def _write_new(
         questions_ref=questions_ref,
         seed=seed,
         config_fingerprint=config_fingerprint,
+        workspace_id=new_workspace_id(),
     )
     write_manifest(workspace, manifest)  # last: a workspace without a manifest is not one
     return resolve_paths(workspace)
