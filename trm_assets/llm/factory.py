@@ -92,6 +92,7 @@ def build_providers(spec: ProviderSpec, settings: Settings | None = None) -> Pro
             max_concurrency=s.max_concurrency,
             price_prompt_per_1k=s.price_prompt_per_1k,
             price_completion_per_1k=s.price_completion_per_1k,
+            tool_mode=s.tool_mode,
         )
 
     return Providers(

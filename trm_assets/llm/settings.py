@@ -12,8 +12,12 @@ Variables: ``TRM_LLM_API_KEY`` (or ``OPENAI_API_KEY``), ``TRM_LLM_BASE_URL``, ``
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from trm_assets.llm.redact import redact_url
 
 
 class Settings(BaseSettings):
@@ -35,6 +39,9 @@ class Settings(BaseSettings):
     max_concurrency: int = Field(16, ge=1, le=1024)
     price_prompt_per_1k: float | None = Field(None, ge=0)
     price_completion_per_1k: float | None = Field(None, ge=0)
+    # native: OpenAI tool calls; text: tools described in the prompt, calls read from the reply
+    # (servers or models without tool calling; llm/text_tools.py)
+    tool_mode: Literal["native", "text"] = "native"
 
     def api_key_value(self) -> str | None:
         """The raw key, for the HTTP client only. Never log or store the result."""
@@ -44,8 +51,9 @@ class Settings(BaseSettings):
         """A loggable view: the key is reduced to whether it is set."""
         return {
             "api_key": "set" if self.api_key is not None else "unset",
-            "base_url": self.base_url,
+            "base_url": redact_url(self.base_url) if self.base_url else None,
             "timeout_s": self.timeout_s,
             "max_retries": self.max_retries,
             "max_concurrency": self.max_concurrency,
+            "tool_mode": self.tool_mode,
         }

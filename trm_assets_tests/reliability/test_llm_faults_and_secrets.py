@@ -31,7 +31,7 @@ from trm_assets_tests.reliability.conftest import (
 from trm_bench.reliability import train_args
 
 FAKE_KEY = "sk-trm-FAKE-9f3c1d2e7a5b4c6d8e0f-do-not-leak"
-OPENAI = (*TINY, "llm_provider=openai", "concurrency=8")
+OPENAI = (*TINY, "llm_provider=openai", "agent_temperature=1.0", "concurrency=8")
 FAULTS = (
     "--fault-timeout-rate", "0.10", "--fault-5xx-rate", "0.05", "--fault-malformed-rate", "0.05",
     "--timeout-sleep-s", "0.5", "--seed", "3", "--log-requests",
@@ -65,7 +65,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultRun]:
     mp = pytest.MonkeyPatch()
     mp.chdir(REPO)
     root = tmp_path_factory.mktemp("faults")
-    cfg = tiny_config("llm_provider=openai", "concurrency=8")
+    cfg = tiny_config("llm_provider=openai", "agent_temperature=1.0", "concurrency=8")
     ws = new_workspace(root / "ws", cfg)
     dws = new_workspace(root / "ws_dagster", cfg)
     home = root / "dagster_home"
@@ -121,7 +121,7 @@ def test_fault_run_completes_and_counts_infra_failures(fault_run: FaultRun) -> N
 
 
 def test_no_verdict_on_an_infra_aborted_gate(fault_run: FaultRun) -> None:
-    cfg = tiny_config("llm_provider=openai")
+    cfg = tiny_config("llm_provider=openai", "agent_temperature=1.0")
     ws = fault_run.workspace
     blocks = _rows(
         ws,

@@ -661,7 +661,7 @@ def test_dry_run_warns_when_no_gate_can_accept() -> None:
 
 
 def test_providers_openai_needs_a_base_url() -> None:
-    cfg = tiny_config("llm_provider=openai", "agent_model=m", "evolve_model=m")
+    cfg = tiny_config("llm_provider=openai", "agent_model=m", "evolve_model=m", "gate_passes=1")
     with pytest.raises(ProviderConfigError, match="TRM_LLM_BASE_URL"):
         build_providers(cfg.provider_spec(), Settings(_env_file=None, base_url=None))  # type: ignore[call-arg]
     p = build_providers(
