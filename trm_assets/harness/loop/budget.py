@@ -161,6 +161,54 @@ def estimate(cfg: RunConfig, questions: tuple[Question, ...], pools: Pools) -> B
     )
 
 
+@dataclass(frozen=True)
+class TokenEstimate:
+    """Tokens per rollout, from the workspace's own run log when it has rollouts (measured),
+    else from the prompt set's length (estimated, ≈ 4 characters a token)."""
+
+    per_rollout: float
+    source: str  # "measured over N rollouts" | "estimated from the prompt set"
+    price_prompt_per_1k: float | None = None
+    price_completion_per_1k: float | None = None
+    completion_share: float = 0.05
+
+    def total(self, rollouts: int) -> float:
+        return self.per_rollout * rollouts
+
+    def money(self, rollouts: int) -> float | None:
+        if self.price_prompt_per_1k is None and self.price_completion_per_1k is None:
+            return None
+        tokens = self.total(rollouts)
+        pp, cp = self.price_prompt_per_1k or 0.0, self.price_completion_per_1k or 0.0
+        share = self.completion_share
+        return tokens / 1000 * ((1 - share) * pp + share * cp)
+
+
+def prompt_token_estimate(prompt_chars: int, max_steps: int) -> float:
+    """Tokens of one rollout from its first prompt's size: the agent re-sends the growing
+    conversation on every turn (≈ 5 turns for a tool-using agent, bounded by ``max_steps``),
+    each turn adding ≈ 150 tokens of tool result and ≈ 40 of reply."""
+    turns = max(1, min(5, max_steps))
+    base = prompt_chars / 4
+    return sum(base + 190 * k for k in range(turns)) + 40 * turns
+
+
+def format_tokens(e: BudgetEstimate, tok: TokenEstimate) -> str:
+    per_epoch = e.per_epoch.total_max
+    lines = [
+        f"tokens per rollout ≈ {tok.per_rollout:,.0f} ({tok.source})",
+        f"  per epoch (max)   ≈ {tok.total(per_epoch):,.0f} tokens",
+        f"  whole run (max)   ≈ {tok.total(e.total_max):,.0f} tokens",
+    ]
+    money = tok.money(e.total_max)
+    if money is not None:
+        lines.append(
+            f"  whole run (max)   ≈ {money:,.2f} in the price unit of TRM_LLM_PRICE_*_PER_1K "
+            f"(assuming {tok.completion_share:.0%} completion tokens)"
+        )
+    return "\n".join(lines)
+
+
 def format_estimate(e: BudgetEstimate) -> str:
     p = e.per_epoch
     lines = [
