@@ -98,6 +98,11 @@ class RunConfig(BaseModel):
     gate_lambda0: float = _field(0.4, "0 < λ₀ < 1", gt=0, lt=1)
     gate_lambda_dir: float = _field(math.log(0.1), "< 0")
     gate_block: int = _field(10, ">= 1", ge=1)
+    gate_pool: Literal["validation", "validation+diagnosis"] = _field(
+        "validation+diagnosis",
+        "validation | validation+diagnosis (temperature 0: the gate also visits the type's "
+        "diagnosis-pool questions outside the step's batch and case pack)",
+    )
     gate_passes: int | None = _field(None, ">= 1, or null (1; 3 for pools < 60)", ge=1)
     gate_max_blocks: int | None = _field(None, ">= 1, or null (ceil(ladder·passes/block))", ge=1)
     gate_infra_max_rate: float = _field(0.2, "0 < x < 1", gt=0, lt=1)

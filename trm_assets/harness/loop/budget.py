@@ -67,8 +67,10 @@ class BudgetEstimate:
         return self.init + self.epochs * self.per_epoch.total_max + self.final
 
 
-def gate_d_max(cfg: RunConfig, pool_size: int) -> int:
-    """The most positions one gate of a task type with ``pool_size`` validation questions visits."""
+def gate_d_max(cfg: RunConfig, pool_size: int, extra_size: int = 0) -> int:
+    """The most positions one gate of a task type with ``pool_size`` validation questions (and
+    ``extra_size`` diagnosis-pool questions, visited at temperature 0 with
+    ``gate_pool: validation+diagnosis``) visits."""
     if cfg.gate_policy == "accept_all":
         return 0
     if cfg.gate_policy == "minibatch_sum":
@@ -77,6 +79,8 @@ def gate_d_max(cfg: RunConfig, pool_size: int) -> int:
         return pool_size
     if not cfg.fresh_draws():  # temperature 0: one pass over the pool (gate.SequentialGate)
         passes = 1
+        if cfg.gate_pool == "validation+diagnosis":
+            pool_size += extra_size
     else:
         passes = cfg.gate_passes if cfg.gate_passes is not None else default_passes(pool_size)
     qids = [f"q{i}" for i in range(pool_size)]
@@ -119,7 +123,10 @@ def estimate(cfg: RunConfig, questions: tuple[Question, ...], pools: Pools) -> B
     val_by_type: dict[str, int] = {}
     for q in pools.validation:
         val_by_type[task[q]] = val_by_type.get(task[q], 0) + 1
-    d_max = {t: gate_d_max(cfg, n) for t, n in sorted(val_by_type.items())}
+    diag_by_type: dict[str, int] = {}
+    for q in pools.diagnosis:
+        diag_by_type[task[q]] = diag_by_type.get(task[q], 0) + 1
+    d_max = {t: gate_d_max(cfg, n, diag_by_type.get(t, 0)) for t, n in sorted(val_by_type.items())}
     steps = [batches[s % len(batches)] for s in range(cfg.steps_per_epoch)] if batches else []
     gates = 0
     gate_rollouts = 0

@@ -108,6 +108,13 @@ class LoopContext:
         return {t: tuple(sorted(v)) for t, v in sorted(out.items())}
 
     @cached_property
+    def diagnosis_by_type(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {}
+        for qid in self.pools.diagnosis:
+            out.setdefault(self.questions[qid].task_type, []).append(qid)
+        return {t: tuple(sorted(v)) for t, v in sorted(out.items())}
+
+    @cached_property
     def task_of_skill(self) -> dict[str, str]:
         return {skill_file_name(t): t for t in self.dataset.task_types}
 

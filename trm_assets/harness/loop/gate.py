@@ -95,6 +95,9 @@ class GateRequest:
     gate_run_id: str
     ladder_run_ids: tuple[str, ...] = ()
     ladder_warm: bool = False
+    # diagnosis-pool questions of the type outside this step's batch and case pack
+    # (``gate_pool: validation+diagnosis``): visited by the temperature-0 plan only
+    extra_qids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,7 @@ class SequentialGate:
     def plan(self, ctx: LoopContext, req: GateRequest) -> GatePlan:
         cfg = ctx.cfg
         if not cfg.fresh_draws():  # GATE §6.3 R5: deterministic decoding
-            order = _uniform(ctx, req, req.pool_qids, "temperature0")
+            order = _uniform(ctx, req, (*req.pool_qids, *req.extra_qids), "temperature0")
             positions = gate_plan(order, 1, cfg.gate_block, cfg.gate_max_blocks)
             return GatePlan(positions, "uniform (temperature 0)")
         passes = gate_passes(ctx, req.task_type)

@@ -460,6 +460,14 @@ async def _gate_skill(
     ladder = load_or_new_ladder(paths.ladder, tasks, ctx.ladder_params())
     ladder_qids = ladder_for(ladder, task_type, warm=state.gate_epoch_observed, exclude=excluded)
     pool_qids = tuple(q for q in ctx.validation_by_type.get(task_type, ()) if q not in excluded)
+    extra_qids: tuple[str, ...] = ()
+    if cfg.gate_pool == "validation+diagnosis":  # issue 15 C: more questions, more power
+        batch = set(state.batches[step % len(state.batches)]) if state.batches else set()
+        extra_qids = tuple(
+            q
+            for q in ctx.diagnosis_by_type.get(task_type, ())
+            if q not in excluded and q not in batch
+        )
     params = gate_params_for(
         state.gates_total + 1, state.accepts_total, ctx.gate_params(), run_params
     )
@@ -474,6 +482,7 @@ async def _gate_skill(
         prompts_version=paths.prompts_version,
         ladder_qids=ladder_qids,
         pool_qids=pool_qids,
+        extra_qids=extra_qids,
         gate_run_id=f"{run_id}_gate_{skill_file.removesuffix('.md')}",
         ladder_run_ids=ladder.applied_runs,
         ladder_warm=state.gate_epoch_observed,

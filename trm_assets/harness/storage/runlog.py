@@ -27,6 +27,8 @@ credentials.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import re
 import threading
 import time
@@ -97,6 +99,7 @@ PREDICTION_COLUMNS: tuple[str, ...] = (
     "evidence",
     "final_text",
     "created_at",
+    "final_text_bytes",
 )
 TRACE_COLUMNS: tuple[str, ...] = (
     "run_id",
@@ -114,6 +117,7 @@ TRACE_COLUMNS: tuple[str, ...] = (
     "completion_tokens",
     "latency_s",
     "error",
+    "content_bytes",
 )
 FLAG_COLUMNS: tuple[str, ...] = (
     "run_id",
@@ -132,7 +136,6 @@ DDL: dict[str, str] = {
             key VARCHAR PRIMARY KEY,
             value VARCHAR NOT NULL
         )""",
-
     "runs": """
         CREATE TABLE IF NOT EXISTS runs (
             run_id VARCHAR PRIMARY KEY,
@@ -184,6 +187,7 @@ DDL: dict[str, str] = {
             evidence VARCHAR,
             final_text VARCHAR,
             created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+            final_text_bytes BIGINT,
             PRIMARY KEY (run_id, question_id, replicate)
         )""",
     "traces": """
@@ -203,6 +207,7 @@ DDL: dict[str, str] = {
             completion_tokens INTEGER,
             latency_s DOUBLE,
             error VARCHAR,
+            content_bytes BIGINT,
             PRIMARY KEY (run_id, question_id, replicate, seq)
         )""",
     "flags": """
@@ -225,6 +230,76 @@ IDENTITY_DDL = f"""
     CREATE TABLE IF NOT EXISTS {IDENTITY_TABLE} (
         workspace_id VARCHAR PRIMARY KEY
     )"""
+
+#: Columns added after the first release of the schema: ``ALTER TABLE … ADD COLUMN IF NOT
+#: EXISTS`` brings an older file up to date (additive, so the schema version stays 1).
+_ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("predictions", "final_text_bytes", "BIGINT"),
+    ("traces", "content_bytes", "BIGINT"),
+)
+
+#: Model text is stored up to this many UTF-8 bytes per value (issue 18.7: 1 MB replies made a
+#: 540 MB run log); the original size is kept in ``final_text_bytes`` / ``content_bytes``.
+DEFAULT_TEXT_CAP_BYTES = 64 * 1024
+TRUNCATION_MARK = "\n…[cut by the run log: {size} bytes, {cap}-byte cap]"
+#: Usage and count columns are clamped into 0..MAX_COUNT before the insert: a provider's
+#: nonsense (10**20 tokens) must not crash an INTEGER/BIGINT insert, and sums over a run stay
+#: far inside BIGINT.
+MAX_COUNT = 2**31 - 1
+_COUNT_COLUMNS = frozenset(
+    {"n_llm_calls", "n_tool_calls", "n_tool_errors", "prompt_tokens", "completion_tokens"}
+)
+_TRACE_COUNT_COLUMNS = frozenset({"result_chars", "prompt_tokens", "completion_tokens"})
+_TEXT_COLUMNS = ("final_text", "error")  # plain text: cut, with a mark
+_JSON_COLUMNS = ("skill_files", "evidence")  # JSON text: replaced whole (a cut is not JSON)
+_TRACE_TEXT_COLUMNS = ("arguments", "content", "error")
+
+_log = logging.getLogger(__name__)
+
+
+def utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def cap_text(text: str | None, cap: int) -> str | None:
+    """``text`` if it fits in ``cap`` UTF-8 bytes, else its longest prefix (on a character
+    boundary) that fits together with a mark naming the original size."""
+    if text is None or len(text) * 4 <= cap:  # fast path: cannot exceed the cap
+        return text
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= cap:
+        return text
+    mark = TRUNCATION_MARK.format(size=len(data), cap=cap)
+    room = max(0, cap - utf8_size(mark))
+    return data[:room].decode("utf-8", "ignore") + mark
+
+
+def cap_json(text: str | None, cap: int) -> str | None:
+    """A JSON text over the cap is replaced by ``{"truncated_bytes": N}`` (still JSON)."""
+    if text is None or len(text) * 4 <= cap:
+        return text
+    size = utf8_size(text)
+    return text if size <= cap else json.dumps({"truncated_bytes": size})
+
+
+def clamp_count(value: Any) -> int | None:
+    """A count as an int in 0..MAX_COUNT; None for what is not a finite number."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        n = value
+    else:
+        try:
+            f = float(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if not math.isfinite(f):
+            return None
+        n = int(f)
+    return min(max(n, 0), MAX_COUNT)
+
 
 _GLOB_RE = re.compile(r"^[\w\-\*\?\[\]\.]+$")
 
@@ -367,11 +442,16 @@ class RunLog(_Queries):
         *,
         workspace_id: str | None = None,
         must_exist: bool = False,
+        text_cap_bytes: int = DEFAULT_TEXT_CAP_BYTES,
         _token: object = None,
     ) -> None:
         if _token is not _OPEN_TOKEN:
             raise TypeError("use RunLog.open(path) (one writer per file per process)")
+        if text_cap_bytes < 1024:
+            raise ValueError(f"text_cap_bytes: {text_cap_bytes}; expected at least 1024")
         self.path = Path(path)
+        self.text_cap_bytes = text_cap_bytes
+        self._clamped = 0  # usage values clamped (logged once per writer)
         self._lock = threading.Lock()  # the connection
         self._buf_lock = threading.Lock()  # the rollout buffer
         self._buffer: Batch = {}
@@ -401,6 +481,10 @@ class RunLog(_Queries):
             with self._lock:
                 for ddl in (*DDL.values(), IDENTITY_DDL):
                     self._con.execute(ddl)
+                for table, column, sql_type in _ADDED_COLUMNS:
+                    self._con.execute(
+                        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {sql_type}"
+                    )
                 row = self._con.execute(
                     "SELECT value FROM schema_info WHERE key = 'schema_version'"
                 ).fetchone()
@@ -423,17 +507,25 @@ class RunLog(_Queries):
 
     @classmethod
     def open(
-        cls, path: str | Path, *, workspace_id: str | None = None, must_exist: bool = False
+        cls,
+        path: str | Path,
+        *,
+        workspace_id: str | None = None,
+        must_exist: bool = False,
+        text_cap_bytes: int = DEFAULT_TEXT_CAP_BYTES,
     ) -> RunLog:
         """The process's writer of ``path`` (created with its schema if new).
 
         ``workspace_id`` (the manifest's): a log that records another workspace's identity is
         refused with :class:`ForeignRunLogError`; a log without one (new, or older than
         identities) is given this one. ``must_exist``: a missing file is
-        :class:`MissingRunLogError` instead of a new empty log.
+        :class:`MissingRunLogError` instead of a new empty log. ``text_cap_bytes``: the cap on
+        each stored model-text value (the first open of a file in a process sets it).
         """
         if str(path) == ":memory:":
-            return cls(path, workspace_id=workspace_id, _token=_OPEN_TOKEN)
+            return cls(
+                path, workspace_id=workspace_id, text_cap_bytes=text_cap_bytes, _token=_OPEN_TOKEN
+            )
         key = Path(path).resolve()
         with _WRITERS_LOCK:
             existing = _WRITERS.get(key)
@@ -443,7 +535,11 @@ class RunLog(_Queries):
                         existing.workspace_id = _bind_identity(con, key, workspace_id)
                 return existing
             log = _WRITERS[key] = cls(
-                key, workspace_id=workspace_id, must_exist=must_exist, _token=_OPEN_TOKEN
+                key,
+                workspace_id=workspace_id,
+                must_exist=must_exist,
+                text_cap_bytes=text_cap_bytes,
+                _token=_OPEN_TOKEN,
             )
             return log
 
@@ -656,13 +752,22 @@ class RunLog(_Queries):
             raise ValueError(
                 f"failure_kind must be None, 'task' or 'infra', got {pred['failure_kind']!r}"
             )
-        for c in ("skill_files", "evidence", "final_text", "error"):
-            pred[c] = to_text_field(pred[c])
+        # Bounded before buffering (issue 18.7): neither the file nor the buffer holds more
+        # than text_cap_bytes of a value.
+        cap = self.text_cap_bytes
+        text = to_text_field(pred["final_text"])
+        pred["final_text_bytes"] = None if text is None else utf8_size(text)
+        pred["final_text"] = cap_text(text, cap)
+        pred["error"] = cap_text(to_text_field(pred["error"]), cap)
+        for c in _JSON_COLUMNS:
+            pred[c] = cap_json(to_text_field(pred[c]), cap)
+        for c in _COUNT_COLUMNS:
+            pred[c] = self._count(pred[c])
         key = (str(pred["run_id"]), str(pred["question_id"]), int(pred["replicate"]))
-        trs = [{c: t.get(c) for c in TRACE_COLUMNS} for t in traces]
+        trs = [self._trace_row(t) for t in traces]
         fls = [
             {
-                c: to_text_field(f.get(c)) if c == "detail" else f.get(c)
+                c: cap_json(to_text_field(f.get(c)), cap) if c == "detail" else f.get(c)
                 for c in FLAG_COLUMNS
                 if c != "created_at"
             }
@@ -675,6 +780,32 @@ class RunLog(_Queries):
             if old is None or old[0]["stop_reason"] == "error":
                 self._buffer[key] = (pred, trs, fls)
             return len(self._buffer)
+
+    def _trace_row(self, t: Mapping[str, Any]) -> dict[str, Any]:
+        row = {c: t.get(c) for c in TRACE_COLUMNS}
+        content = to_text_field(row["content"])
+        row["content_bytes"] = None if content is None else utf8_size(content)
+        row["content"] = content
+        for c in _TRACE_TEXT_COLUMNS:
+            row[c] = cap_text(to_text_field(row[c]), self.text_cap_bytes)
+        for c in _TRACE_COUNT_COLUMNS:
+            row[c] = self._count(row[c])
+        return row
+
+    def _count(self, value: Any) -> int | None:
+        n = clamp_count(value)
+        if n != value and value is not None and not isinstance(value, bool):
+            if self._clamped == 0:
+                _log.warning(
+                    "%s: a usage count %r was clamped to %s (0..%d); the provider reported "
+                    "nonsense",
+                    self.path,
+                    value,
+                    n,
+                    MAX_COUNT,
+                )
+            self._clamped += 1
+        return n
 
     @property
     def pending(self) -> int:
@@ -822,6 +953,8 @@ _CASTS = {
     "result_chars": "INTEGER",
     "latency_s": "DOUBLE",
     "seed": "BIGINT",
+    "final_text_bytes": "BIGINT",
+    "content_bytes": "BIGINT",
 }
 
 
