@@ -20,6 +20,9 @@ candidate verified by the oracle to leave every question's expected accuracy unc
 accept is a false accept; the rate per policy comes with a 95% Wilson interval. ``--sweep`` runs
 the comparison over the helpful-proposal share (10%, 20%, 40%, 60%). The test pool is only
 reported on; nothing here feeds a decision back into the loop.
+
+Why it is long: the optimizer comparison's CLI, summaries, A/A audit and sweep share the run specs
+and the report format.
 """
 
 from __future__ import annotations

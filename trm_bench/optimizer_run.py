@@ -16,6 +16,9 @@ What is observed, and how (nothing in the loop is modified):
   the budget; that unit is discarded, so every figure of the run (decisions, delivered version,
   rollouts, tokens) is as of the last unit within the budget
   (``docs/decision-bench-equal-budget.md``).
+
+Why it is long: one benchmark run (config, the loop under a policy, the ground-truth observer, the
+budget cut) is a single procedure.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ Dagster does); and a run launched out of process by ``dagster job launch`` with 
 ``DefaultRunCoordinator`` against a temporary ``DAGSTER_HOME`` — the path a sensor-launched run
 takes (the sensor's tick interval, ``minimum_interval_seconds``, comes on top and is reported, not
 measured). Added time = median(mode) − median(direct).
+
+Why it is long: the measurement, its two reference schedules and the Dagster cells share their
+workspace setup.
 """
 
 from __future__ import annotations

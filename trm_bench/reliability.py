@@ -32,6 +32,9 @@ What is compared (:func:`final_digest`), each as a SHA-256 unless said otherwise
 
 ``--json`` prints exactly ``{"kills": N, "identical": k, "mismatches": [...]}``; progress and
 the per-kill table go to stderr.
+
+Why it is long: the kill-anywhere harness (reference run, kill points, three resume paths, digests)
+is one experiment.
 """
 
 from __future__ import annotations

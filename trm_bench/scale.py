@@ -21,6 +21,9 @@ skill file in that version — reads the hashes from the versions' ``_meta.json`
 (``docs/decision-bench-scale.md``). Every answer is checked against the planted ground truth
 (exact correct/scored counts per run and task type, the version of each run, the hash of each
 version's file), so a wrong query fails the benchmark instead of timing it.
+
+Why it is long: the scale bench builds its own synthetic 10x data and 1M-row run log and verifies
+answers against the planted truth.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ from the VLM behind ``inspect_frames`` propagates (infra failure). Anything else
 Results are JSON text. A node is shown as ``{"node_id", "level", "start", "end", "caption"}`` plus
 ``subtitle_text`` / ``ocr`` when present and ``n_children`` for inner nodes. Lists longer than
 ``max_nodes`` are evenly subsampled and say so (``"truncated": {"shown": n, "total": m}``).
+
+Why it is long: the video-tree tools, their JSON schemas, argument validation and result rendering
+form one catalogue the agent and the prompt set must agree on.
 """
 
 from __future__ import annotations

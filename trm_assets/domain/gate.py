@@ -11,6 +11,10 @@ Everything here is a pure function of integers and floats:
   :class:`GateVerdict` with the precedence of GATE §4.2 (INFRA guard first, §5).
 
 Everything is on the log scale; E⁺ ≥ 1/α is written ``log_e_plus >= ln(1/α)``.
+
+Why it is long: the whole statistical core of GATE.md (pairing, evidence processes, horizon
+thresholds, the decision and its checkpointable state) is kept in one pure module so it can be
+audited against the spec line by line.
 """
 
 from __future__ import annotations

@@ -77,6 +77,9 @@ Usage (issue 18.7): every reported token count is checked (:func:`checked_usage`
 Concurrency: at most ``max_concurrency`` requests in flight per provider (an ``asyncio.Semaphore``
 per event loop; the provider can be reused across ``asyncio.run`` calls, each loop gets its own
 connection pool and semaphore). Usage and cost are accumulated over the provider's life.
+
+Why it is long: retries, error classification, deadlines, redaction and the two tool modes are the
+provider's one contract with real servers and are tested together over real HTTP.
 """
 
 from __future__ import annotations

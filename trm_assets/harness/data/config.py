@@ -16,6 +16,10 @@ the allowed range):
 
 plus, once the data is loaded, ``val_size ≥ eval_min_per_class × n_task_types``
 (:func:`check_against_data`).
+
+Why it is long: every knob of RunConfig with its range and meaning, and the four validation layers
+that must list every problem at once, live together so one file is the reference of the
+configuration.
 """
 
 from __future__ import annotations

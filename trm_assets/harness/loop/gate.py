@@ -37,6 +37,10 @@ is a sample of the question population, so the discordant-sign test stays valid 
 is not better on questions like these"). A plan truncated by ``gate_max_blocks`` over a *cold*
 ladder would test only the ladder's biased front (a mean-zero heterogeneous edit was accepted
 6.2% > α): it visits the same questions in a seeded uniform order instead.
+
+Why it is long: the block barrier, the baseline cache protocol, the four policies and the evidence
+rows are one procedure (GATE §4.4) that must be read top to bottom; splitting it would scatter the
+order of operations the statistics depend on.
 """
 
 from __future__ import annotations

@@ -35,6 +35,10 @@ Contract of :func:`run_inference` (seed §7; GATE.md §2):
   run id or new replicate indices.
 * Skills are a mapping file name → text, so callers can run a candidate without writing it
   anywhere; ``prompts`` is the agent prompt set (system, user template, tool pack).
+
+Why it is long: the barrier's concurrency, pessimistic rows, buffered writes, resume and progress
+are one async procedure whose invariants (a row always written, outcome aggregated from memory) are
+easier to keep in one place.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ Each function takes ``(ctx, epoch)``, reads what it needs from the persisted sta
 alone after a process restart: one Dagster op each), refuses to run out of order, does its work,
 persists its result in the checkpoint and returns a :class:`SlowStepResult`. The test pool is
 used only by step 9 (a report; never a decision).
+
+Why it is long: it holds the ten slow-update functions of fidelity item #13 in their fixed order,
+each a unit of work with its own checkpoint.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ A step, in order:
 5. decrement cooldowns and checkpoint.
 
 Every function here is synchronous (``asyncio.run`` inside) so a Dagster op can call it.
+
+Why it is long: the fast update is one unit of work in the seed's order (rollouts, correctness,
+diagnosis, per-skill evolve/gate, accept/reject/abort bookkeeping); the accept and reject helpers
+are shared with the slow update.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ the 12 task-type strings, the domains and the sub-categories are Video-MME's own
 A cue is *expressed* by a text when the normalized text contains one of its phrasings as whole
 words (:func:`trm_assets.llm.sim.draws.normalize_text`). Phrasings are specific enough that
 generic advice does not hit them by accident (checked by the tests).
+
+Why it is long: it is data: the simulated world's task types, cues, harmful directives and
+phrasings.
 """
 
 from __future__ import annotations

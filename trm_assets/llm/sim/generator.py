@@ -9,6 +9,9 @@ Output of :func:`synthesize` (all deterministic from the arguments; byte-for-byt
 
 The evidence for every right option is written into the tree (a clip caption, an OCR string, a
 subtitle cue, or the video summary), so an agent that explores the right node can find it.
+
+Why it is long: it generates the committed samples byte for byte (videos, trees, questions, ground
+truth); changing its structure would change the samples.
 """
 
 from __future__ import annotations
