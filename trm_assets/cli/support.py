@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib
 import importlib.util
@@ -49,15 +50,79 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
+#: ``OSError`` numbers that describe the machine, not a bug: shown as an ``error:`` line.
+_ENVIRONMENT_ERRNOS = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EROFS,
+        errno.EACCES,
+        errno.EPERM,
+        errno.ENOENT,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.EEXIST,
+        errno.EMFILE,
+        errno.ENFILE,
+        errno.EIO,
+        errno.ENAMETOOLONG,
+    }
+)
+_DISK_FULL_HINT = (
+    "disk full: free space on that disk, then resume (`trm train --resume`): the unit of work "
+    "restarts from its last checkpoint"
+)
+
+
+def error_lines(e: BaseException) -> list[str] | None:
+    """The ``error:`` lines for an exception a user should see without a traceback, or None
+    (a bug: let the traceback through)."""
+    if isinstance(e, TrmError):
+        if type(e).__name__ == "SettingsError":  # one line per variable
+            from trm_assets.llm.settings import SettingsError
+
+            if isinstance(e, SettingsError):
+                return list(e.problems)
+        return [str(e)]
+    if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:
+        where = f"{e.filename}: " if e.filename else ""
+        cause = e.strerror or str(e)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return [f"{where}{cause} ({_DISK_FULL_HINT})"]
+        return [f"{where}{cause}"]
+    if "no space left on device" in str(e).lower():  # DuckDB and other libraries' IO errors
+        first = str(e).strip().splitlines()[0]
+        return [f"{first} ({_DISK_FULL_HINT})"]
+    return _settings_lines(e)
+
+
+def _settings_lines(e: BaseException) -> list[str] | None:
+    # A Settings() built without llm.settings.load_settings: same lines, never the raw dump.
+    from pydantic import ValidationError
+
+    if isinstance(e, ValidationError) and e.title == "Settings":
+        from trm_assets.llm.settings import settings_problems
+
+        return settings_problems(e)
+    return None
+
+
 def fail_on_trm_error(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Show a TrmError as its message (no traceback), exit code 2."""
+    """Show a TrmError (and a disk-full or permission ``OSError``, an invalid ``TRM_LLM_*``
+    variable) as ``error:`` lines without a traceback, exit code 2."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except TrmError as e:
-            click.echo(f"error: {e}", err=True)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as e:
+            lines = error_lines(e)
+            if lines is None:
+                raise
+            for line in lines:
+                click.echo(f"error: {line}", err=True)
             sys.exit(2)
 
     return wrapper

@@ -9,6 +9,7 @@ never killed (issue 9; ``docs/decision-stale-temp-files.md``).
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import os
@@ -16,7 +17,31 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from trm_assets.domain.errors import TrmError
+
 _TMP_SUFFIX = ".tmp"
+#: errno values that mean "the disk is full" (quota included).
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class StorageWriteError(TrmError):
+    """A file of the workspace could not be written (disk full, read-only, no permission).
+    Nothing half-written is left in place: the previous content stays."""
+
+    def __init__(self, message: str, errno_: int | None) -> None:
+        super().__init__(message)
+        self.errno = errno_
+
+
+def storage_error(path: str | Path, e: OSError, what: str = "cannot write") -> StorageWriteError:
+    """A human error for an ``OSError`` while writing ``path``."""
+    if e.errno in DISK_FULL:
+        return StorageWriteError(
+            f"{path}: {what}: disk full ({e.strerror}); free space on that disk, then resume "
+            "(`trm train --resume`): the unit of work restarts from its last checkpoint",
+            e.errno,
+        )
+    return StorageWriteError(f"{path}: {what} ({e.strerror or e})", e.errno)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -47,20 +72,27 @@ def sweep_stale_temps(target: Path) -> list[Path]:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically; an ``OSError`` (disk full …) becomes a
+    :class:`StorageWriteError` naming the file, with the old content intact."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale_temps(target)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{target.name}.{os.getpid()}.", suffix=_TMP_SUFFIX, dir=target.parent
-    )
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale_temps(target)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{target.name}.{os.getpid()}.", suffix=_TMP_SUFFIX, dir=target.parent
+        )
+    except OSError as e:
+        raise storage_error(target, e) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise storage_error(target, e) from None
         raise
 
 

@@ -343,9 +343,14 @@ class _Queries:
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         """Run a SELECT; rows as dicts."""
         with self._lock:
-            cur = self._con.execute(sql, list(params or []))
-            cols = [d[0] for d in cur.description or []]
-            return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+            try:
+                cur = self._con.execute(sql, list(params or []))
+                cols = [d[0] for d in cur.description or []]
+                return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+            except duckdb.Error as e:
+                if is_corrupt(e):
+                    raise _unreadable_error(self.path, e) from None
+                raise
 
     def runs(self) -> list[dict[str, Any]]:
         return self.query("SELECT * FROM runs ORDER BY started_at, run_id")
@@ -578,8 +583,11 @@ class RunLog(_Queries):
             self._con.execute("BEGIN TRANSACTION")
             try:
                 yield self._con
-            except BaseException:
-                self._con.execute("ROLLBACK")
+            except BaseException as e:
+                with suppress(duckdb.Error):  # a damaged file may refuse the rollback too
+                    self._con.execute("ROLLBACK")
+                if isinstance(e, duckdb.Error) and is_corrupt(e):
+                    raise _unreadable_error(self.path, e) from None
                 raise
             self._con.execute("COMMIT")
 
@@ -837,12 +845,18 @@ class RunLog(_Queries):
                     w(con)
         except duckdb.ConstraintException:
             raise  # a bug in the rows: retrying the same rows cannot succeed
-        except BaseException:
+        except BaseException as e:
             with self._buf_lock:  # keep everything for the next flush (unless newer rows arrived)
                 for k, v in batch.items():
                     self._buffer.setdefault(k, v)
                 self._begins[:0] = begins
                 self._deferred[:0] = deferred
+            if isinstance(e, duckdb.IOException) and is_disk_full(e):
+                raise RunLogError(
+                    f"{self.path}: cannot write the run log: disk full ({_first_line(e)}); free "
+                    "space on that disk, then resume (`trm train --resume`): the unit of work "
+                    "restarts from its last checkpoint"
+                ) from None
             raise
         for r in created:
             self._fresh.setdefault(r, set())
@@ -993,8 +1007,24 @@ def foreign_message(path: Path, stored: str, expected: str) -> str:
     )
 
 
+def is_disk_full(e: BaseException) -> bool:
+    """A DuckDB (or other) error whose message says the disk is full."""
+    text = str(e).lower()
+    return "no space left on device" in text or "disk quota exceeded" in text
+
+
+def is_corrupt(e: BaseException) -> bool:
+    """A DuckDB error that says the file is damaged (checksums, invalid blocks)."""
+    text = str(e).lower()
+    return "corrupt" in text or "not a valid duckdb database" in text
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
 def _unreadable_error(path: Path, e: Exception) -> RunLogError:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    first = _first_line(e)
     return RunLogError(
         f"{path}: not a readable run log ({first}); the file is damaged or not a DuckDB "
         "database. Restore it from a backup, or move it aside and start a new workspace "

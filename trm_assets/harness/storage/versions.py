@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trm_assets.domain.errors import TrmError, describe_validation_error
 from trm_assets.evolution.types import text_hash
-from trm_assets.harness.storage.atomic import atomic_write_json
+from trm_assets.harness.storage.atomic import atomic_write_json, storage_error
 
 META_FILE = "_meta.json"
 SEED_FILE = "seed.json"
@@ -379,9 +379,15 @@ def write_version(
         extra=dict(extra or {}),
         created_at=_now(),
     )
-    tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{version}-", dir=r))
     try:
-        _write_files(tmp, files)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{version}-", dir=r))
+    except OSError as e:
+        raise storage_error(r / version, e, f"cannot write version {version}") from None
+    try:
+        try:
+            _write_files(tmp, files)
+        except OSError as e:
+            raise storage_error(r / version, e, f"cannot write version {version}") from None
         atomic_write_json(tmp / META_FILE, meta.model_dump(mode="json"))
         try:
             os.rename(tmp, r / version)
@@ -449,6 +455,22 @@ class Seed:
         return p if p.is_file() else None
 
 
+def seeds_directory(seeds_dir: str | Path, *, create: bool = False) -> Path:
+    """The seeds directory (``--seeds-dir``): a directory, created when ``create``."""
+    sd = Path(seeds_dir)
+    if sd.exists() and not sd.is_dir():
+        raise StoreError(
+            f"{sd}: the seeds directory (--seeds-dir) is a file; expected a directory holding "
+            "one sub-directory per seed (e.g. seeds/)"
+        )
+    if create:
+        try:
+            sd.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise storage_error(sd, e, "cannot create the seeds directory") from None
+    return sd
+
+
 def check_name(name: str, what: str) -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise StoreError(
@@ -486,8 +508,7 @@ def init_seed(
     source: str = "",
 ) -> Seed:
     """Create a seed from file contents (e.g. the repository's ``prompts/``), without a run."""
-    sd = Path(seeds_dir)
-    sd.mkdir(parents=True, exist_ok=True)
+    sd = seeds_directory(seeds_dir, create=True)
     target = _seed_target(sd, name)
     tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name}-", dir=sd))
     try:
@@ -531,7 +552,7 @@ def _write_seed_content(
 
 
 def list_seeds(seeds_dir: str | Path) -> list[str]:
-    sd = Path(seeds_dir)
+    sd = seeds_directory(seeds_dir)
     if not sd.is_dir():
         return []
     return sorted(p.name for p in sd.iterdir() if (p / SEED_FILE).is_file())
@@ -540,7 +561,7 @@ def list_seeds(seeds_dir: str | Path) -> list[str]:
 def read_seed(seeds_dir: str | Path, name: str) -> Seed:
     """Load a seed; a missing or malformed one is an error naming the file and the known seeds."""
     check_name(name, "seed name")
-    d = Path(seeds_dir) / name
+    d = seeds_directory(seeds_dir) / name
     meta_path = d / SEED_FILE
     if not meta_path.is_file():
         known = ", ".join(list_seeds(seeds_dir)) or "none"
@@ -676,6 +697,7 @@ def promote_to_seed(
     ``run.duckdb`` with the original table definitions. Temp files are always removed.
     """
     parse_version(version)
+    seeds_directory(seeds_dir)  # a --seeds-dir that is a file fails before any work
     record = read_eval_run(run_db, eval_run_id)
     if record.skills_version is None or record.prompts_version is None:
         raise StoreError(
@@ -695,8 +717,7 @@ def promote_to_seed(
         )
     skills = read_version_files(skills_root, version)
     prompts = read_version_files(prompts_root, record.prompts_version)
-    sd = Path(seeds_dir)
-    sd.mkdir(parents=True, exist_ok=True)
+    sd = seeds_directory(seeds_dir, create=True)
     target = _seed_target(sd, name)
     tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name}-", dir=sd))
     try:
