@@ -24,13 +24,14 @@ _TMP_SUFFIX = ".tmp"
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
-class StorageWriteError(TrmError):
+class StorageWriteError(TrmError, OSError):
     """A file of the workspace could not be written (disk full, read-only, no permission).
-    Nothing half-written is left in place: the previous content stays."""
+    Nothing half-written is left in place: the previous content stays. Still an ``OSError``
+    (``errno`` kept) for code that handles those."""
 
-    def __init__(self, message: str, errno_: int | None) -> None:
+    def __init__(self, message: str, *, code: int | None) -> None:
         super().__init__(message)
-        self.errno = errno_
+        self.errno = code
 
 
 def storage_error(path: str | Path, e: OSError, what: str = "cannot write") -> StorageWriteError:
@@ -39,9 +40,9 @@ def storage_error(path: str | Path, e: OSError, what: str = "cannot write") -> S
         return StorageWriteError(
             f"{path}: {what}: disk full ({e.strerror}); free space on that disk, then resume "
             "(`trm train --resume`): the unit of work restarts from its last checkpoint",
-            e.errno,
+            code=e.errno,
         )
-    return StorageWriteError(f"{path}: {what} ({e.strerror or e})", e.errno)
+    return StorageWriteError(f"{path}: {what} ({e.strerror or e})", code=e.errno)
 
 
 def _pid_alive(pid: int) -> bool:
