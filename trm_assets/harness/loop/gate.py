@@ -316,6 +316,7 @@ async def validate_candidate_skill(
     skill_hash = text_hash(base_skills[req.skill_file])
     context_hash = ctx.context_hash(base_skills)
     base_run, cand_run = f"{req.gate_run_id}_base", f"{req.gate_run_id}_cand"
+    known = deterministic_baseline(ctx, req)
     state = new_gate_state(len(plan), params)
     counters = {"base": 0, "cand": 0, "hits": 0, "pt": 0, "ct": 0, "calls": 0}
     observed: dict[str, bool | None] = {}
@@ -333,7 +334,10 @@ async def validate_candidate_skill(
         misses = []
         for pos in chunk:
             hit = cache.get(keys[pos], req.ladder_run_ids)
-            if hit is None:
+            if hit is None and pos[0] in known:
+                baseline[pos], source[pos] = known[pos[0]], "same_version"
+                counters["hits"] += 1
+            elif hit is None:
                 misses.append(pos)
             else:
                 baseline[pos], source[pos] = hit, "cache"
@@ -401,6 +405,33 @@ async def validate_candidate_skill(
         llm_calls=counters["calls"],
         history=tuple(state.history),
     )
+
+
+def deterministic_baseline(ctx: LoopContext, req: GateRequest) -> dict[str, bool]:
+    """At temperature 0 the baseline's outcome on a question is whatever any earlier rollout of
+    the very same (skills, prompts) version gave (step rollouts, R, seed evaluation, an earlier
+    gate's baseline): re-running it would pay for the same answer again. The uniform order makes
+    reusing those outcomes valid (no selection through the order: GATE §6.3 R1 is about the
+    ladder). Questions whose stored outcomes disagree (a server that is not deterministic after
+    all) or that failed for infrastructure reasons are rolled out as usual. With fresh draws this
+    returns nothing: every baseline draw then comes from the gate-baseline cache or a rollout."""
+    if ctx.cfg.fresh_draws():
+        return {}
+    rows = ctx.log.query(
+        "SELECT p.question_id AS q, bool_and(p.correct) AS c, count(DISTINCT p.correct) AS k "
+        "FROM predictions p JOIN runs r ON r.run_id = p.run_id "
+        "WHERE r.skills_version = ? AND r.prompts_version = ? AND p.correct IS NOT NULL "
+        "AND p.stop_reason <> 'error' AND p.failure_kind IS DISTINCT FROM 'infra' "
+        "AND NOT starts_with(r.run_id, ?) GROUP BY p.question_id",
+        # not this step's own gates: a killed and resumed step must reuse exactly what an
+        # uninterrupted one reuses (the kill-anywhere property)
+        [
+            req.skills_version,
+            req.prompts_version,
+            req.gate_run_id.split(GATE_RUN_MARK)[0] + GATE_RUN_MARK,
+        ],
+    )
+    return {str(r["q"]): bool(r["c"]) for r in rows if int(r["k"]) == 1}
 
 
 def _count(counters: dict[str, int], arm: str, res: InferenceResult) -> None:

@@ -137,3 +137,31 @@ def test_replayed_passes_inflate_false_accepts_and_one_uniform_pass_does_not() -
     se = math.sqrt(0.05 * 0.95 / reps)
     assert rates[1] <= 0.05 + 2 * se
     assert rates[3] > 0.05 + 4 * se  # the replayed evidence the config now refuses
+
+
+def test_temperature_zero_baseline_reuses_same_version_outcomes(tmp_path: Path) -> None:
+    """At temperature 0 the gate's baseline on a validation question is the seed evaluation's
+    outcome of the same version (no second rollout), and it equals a fresh rollout's."""
+    from trm_assets.harness.loop.gate import deterministic_baseline, validate_candidate_skill
+    from trm_assets.harness.loop.runner import current_action, run_action
+
+    cfg = tiny_config(*REALISTIC_T0)
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        run_action(ctx, current_action(ctx))  # init: the seed evaluation of the validation pool
+        tt = _biggest(ctx)
+        req = _request(ctx, tt)
+        known = deterministic_baseline(ctx, req)
+        assert set(req.pool_qids) <= set(known)
+        qs = [ctx.questions[q] for q in req.pool_qids]
+        fresh = asyncio.run(
+            ctx.rollouts(
+                "t_fresh", qs, dict(req.baseline_skills), req.prompts_version,
+                kind="x", skills_version=None,
+            )
+        )  # fmt: skip
+        assert {p.question_id: p.correct for p in fresh.predictions} == {
+            q: known[q] for q in req.pool_qids
+        }
+        out = asyncio.run(validate_candidate_skill(ctx, replace(req, extra_qids=())))
+        assert out.baseline_rollouts == 0 and out.cache_hits >= out.blocks
