@@ -103,7 +103,7 @@ class RunConfig(BaseModel):
     gate_lambda_dir: float = _field(math.log(0.1), "< 0")
     gate_block: int = _field(10, ">= 1", ge=1)
     gate_pool: Literal["validation", "validation+diagnosis"] = _field(
-        "validation+diagnosis",
+        "validation",
         "validation | validation+diagnosis (temperature 0: the gate also visits the type's "
         "diagnosis-pool questions outside the step's batch and case pack)",
     )
