@@ -1,18 +1,28 @@
-"""Asset checks: the invariants a researcher must be able to trust without reading code."""
+"""Asset checks of one experiment: the invariants a researcher must be able to trust without
+reading code. Each check's logic is a function returning an ``AssetCheckResult``, run as a check
+step by asset runs and logged as an evaluation by the op jobs (``slow_update``) that publish the
+same assets, so no check stays "Not Evaluated" whichever path materialized its asset.
+"""
+
+import json
+from typing import Any
 
 import dagster as dg
 
-from trm_assets.defs.assets.training import skill_versions
-from trm_assets.defs.resources import TrmResource
+from trm_assets.defs.recording import DATA_VERSION_TAG, Scope
+from trm_assets.domain.pools import pools_from_dict
 from trm_assets.harness.reports.audit import test_pool_leaks, unsafe_skill_paths
+from trm_assets.harness.reports.lineage import (
+    VersionRef,
+    evaluated_versions,
+    prompt_ref,
+    skill_refs,
+)
 
-REQUIRED_EPOCH_METADATA = ("val_accuracy", "skills_version", "prompts_version", "per_task_type")
 
-
-@dg.asset_check(asset="epoch_eval", blocking=False)
-def no_test_pool_leak(trm: TrmResource) -> dg.AssetCheckResult:
+def leak_check_result(scope: Scope) -> dg.AssetCheckResult:
     """No test-pool question appears in any gate rollout, ladder entry or baseline-cache entry."""
-    rep = test_pool_leaks(trm.workspace_dir())
+    rep = test_pool_leaks(scope.experiment.workspace_dir())
     return dg.AssetCheckResult(
         passed=rep.ok,
         metadata={
@@ -25,23 +35,126 @@ def no_test_pool_leak(trm: TrmResource) -> dg.AssetCheckResult:
     )
 
 
-@dg.asset_check(asset="epoch_eval", blocking=False)
-def epoch_eval_has_lineage(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    """The latest ``epoch_eval`` materialization carries accuracy and version metadata."""
-    records = context.instance.fetch_materializations(dg.AssetKey("epoch_eval"), limit=1).records
-    if not records or records[0].asset_materialization is None:
-        return dg.AssetCheckResult(passed=False, metadata={"reason": "no materialization yet"})
-    md = records[0].asset_materialization.metadata
-    missing = [k for k in REQUIRED_EPOCH_METADATA if k not in md]
-    hashes = [k for k in md if k.startswith("skill_hash/")]
+def lineage_check_result(instance: dg.DagsterInstance, scope: Scope) -> dg.AssetCheckResult:
+    """Every ``epoch_eval`` partition names exactly the versions its validation run evaluated:
+    for each row, the content hash and the data version of the referenced ``skill_versions`` /
+    ``prompt_versions`` event equal the store's hash of the version the run log recorded."""
+    ws = scope.experiment.workspace_dir()
+    types = scope.partitions.task_type_keys()
+    mismatches: list[str] = []
+    checked = 0
+    epochs = sorted(instance.get_dynamic_partitions(scope.partitions.epochs_name))
+    for key in epochs:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=scope.keys.epoch_eval, asset_partitions=[key]), limit=1
+        ).records
+        mat = records[0].asset_materialization if records else None
+        if mat is None:
+            continue
+        md = mat.metadata
+        skills, prompts = evaluated_versions(ws, str(md["val_run_id"].value))
+        truth = {str(r.partition): r for r in skill_refs(ws, skills, types)}
+        truth["(prompts)"] = prompt_ref(ws, prompts)
+        rows = {str(r.data["task_type"]): r.data for r in md["per_task_type"].value.records}
+        for name, ref in truth.items():
+            checked += 1
+            row = rows.get(name)
+            problem = (
+                f"no row for {name}" if row is None else _row_problem(instance, scope, ref, row)
+            )
+            if problem:
+                mismatches.append(f"{key} {name}: {problem}")
     return dg.AssetCheckResult(
-        passed=not missing and bool(hashes),
-        metadata={"missing": str(missing), "skill_hashes": len(hashes)},
+        passed=checked > 0 and not mismatches,
+        metadata={
+            "epochs": len(epochs),
+            "references_checked": checked,
+            "mismatches": len(mismatches),
+            "first_mismatches": "\n".join(mismatches[:10]) or "none",
+        },
     )
 
 
-@dg.asset_check(asset=skill_versions, blocking=False)
-def skill_paths_inside_skills_dir(trm: TrmResource) -> dg.AssetCheckResult:
+def _row_problem(
+    instance: dg.DagsterInstance, scope: Scope, ref: VersionRef, row: dict[str, Any]
+) -> str:
+    if row["version"] != ref.evaluated:
+        return f"row names {row['version']}, the run log says {ref.evaluated}"
+    if row["content_hash"] != ref.data_version:
+        return f"content_hash {row['content_hash']} != store hash {ref.data_version}"
+    key = scope.keys.skill_versions if ref.store == "skills" else scope.keys.prompt_versions
+    sid = int(row["referenced_event"])
+    found = (
+        instance.fetch_materializations(
+            dg.AssetRecordsFilter(
+                asset_key=key,
+                asset_partitions=[ref.partition] if ref.partition is not None else None,
+                storage_ids=[sid],
+            ),
+            limit=1,
+        ).records
+        if sid >= 0
+        else []
+    )
+    if not found or found[0].asset_materialization is None:
+        return f"referenced event {sid} is not a {key.to_user_string()} materialization here"
+    event = found[0].asset_materialization
+    dv = (event.tags or {}).get(DATA_VERSION_TAG)
+    if dv != ref.data_version or row["referenced_data_version"] != dv:
+        return f"referenced data version {dv} != store hash {ref.data_version}"
+    if str(event.metadata["version"].value) != ref.introduced_in:
+        return (
+            f"referenced event records {event.metadata['version'].value}, not {ref.introduced_in}"
+        )
+    return ""
+
+
+def skill_paths_result(scope: Scope) -> dg.AssetCheckResult:
     """Every skill file of the current version resolves inside the skills directory."""
-    bad = unsafe_skill_paths(trm.workspace_dir())
+    bad = unsafe_skill_paths(scope.experiment.workspace_dir())
     return dg.AssetCheckResult(passed=not bad, metadata={"unsafe": str(bad)})
+
+
+def pools_result(scope: Scope) -> dg.AssetCheckResult:
+    """The three pools never share a question (no leak from the test pool)."""
+    path = scope.experiment.workspace_dir() / "pools.json"
+    p = pools_from_dict(json.loads(path.read_text(encoding="utf-8")), str(path))  # refuses overlap
+    return dg.AssetCheckResult(
+        passed=True,
+        metadata={
+            "fingerprint": p.fingerprint,
+            "questions": len(p.test) + len(p.validation) + len(p.diagnosis),
+        },
+    )
+
+
+def experiment_checks(scope: Scope) -> list[dg.AssetChecksDefinition]:
+    keys = scope.keys
+
+    @dg.asset_check(asset=keys.epoch_eval, name="no_test_pool_leak", blocking=False)
+    def no_test_pool_leak() -> dg.AssetCheckResult:
+        """No test-pool question appears in any gate rollout, ladder or baseline-cache entry."""
+        return leak_check_result(scope)
+
+    @dg.asset_check(asset=keys.epoch_eval, name="epoch_eval_lineage_exact", blocking=False)
+    def epoch_eval_lineage_exact(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        """Each epoch_eval row references the skill_versions event of exactly the evaluated
+        version (hashes compared with the store; any mismatch fails)."""
+        return lineage_check_result(context.instance, scope)
+
+    @dg.asset_check(asset=keys.skill_versions, name="skill_paths_inside_skills_dir")
+    def skill_paths_inside_skills_dir() -> dg.AssetCheckResult:
+        """Every skill file of the current version resolves inside the skills directory."""
+        return skill_paths_result(scope)
+
+    @dg.asset_check(asset=keys.pools, name="pools_disjoint", blocking=True)
+    def pools_disjoint() -> dg.AssetCheckResult:
+        """The three pools never share a question (no leak from the test pool)."""
+        return pools_result(scope)
+
+    return [
+        no_test_pool_leak,
+        epoch_eval_lineage_exact,
+        skill_paths_inside_skills_dir,
+        pools_disjoint,
+    ]

@@ -1,33 +1,29 @@
 """``trm train`` through Dagster: the same jobs the epoch sensor launches, executed in process
 against a persistent instance, so every unit of work is a Dagster run with lineage in the UI.
 
-The order comes from the planner (:func:`trm_assets.defs.sensors.planned_action`, the same
-function the sensor calls); each unit becomes one run of ``gate_step``, ``slow_update`` or
-``finalize``.
+The order comes from the planner (:func:`trm_assets.defs.ops.planned_action`, the same function
+the sensor calls); each unit becomes one run of ``<experiment>__gate_step``, ``__slow_update`` or
+``__finalize``. The experiment is registered in the instance (``$DAGSTER_HOME/experiments.yaml``)
+so the UI's code location serves it.
 """
 
 import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from trm_assets.defs.jobs import finalize, gate_step, slow_update, slow_update_run_config
-from trm_assets.defs.partitions import EPOCHS, STEPS, epoch_key, step_key
-from trm_assets.defs.resources import TrmResource
-from trm_assets.defs.sensors import (
-    HOST_TAG,
-    PID_TAG,
-    UNIT_TAG,
-    WORKSPACE_TAG,
-    dagster_unit,
-    planned_action,
-)
+from trm_assets.defs.build import ExperimentDefs, build_experiment
+from trm_assets.defs.experiments import Experiment, register
+from trm_assets.defs.ops import planned_action
+from trm_assets.defs.partitions import ensure_partitions, epoch_key, epoch_step_key, step_key
+from trm_assets.defs.resources import LLMResource, llm_resources
+from trm_assets.defs.sensors import HOST_TAG, PID_TAG, UNIT_TAG, dagster_unit
 from trm_assets.domain.errors import TrmError
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.units import unit_key
@@ -56,100 +52,100 @@ def ensure_dagster_home() -> Path:
     return home
 
 
-def _run_config(trm: TrmResource, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    cfg: dict[str, Any] = {
-        "resources": {
-            "trm": {
-                "config": {
-                    "workspace": trm.workspace,
-                    "config_path": trm.config_path,
-                    "overrides": list(trm.overrides),
-                }
-            }
-        },
-        # The driver prints one line per unit; Dagster's own event log stays in the instance.
-        "loggers": {"console": {"config": {"log_level": "WARNING"}}},
-    }
-    if extra:
-        cfg.update(extra)
-    return cfg
+@dataclass
+class Executor:
+    """Runs an experiment's units as in-process Dagster runs against one instance."""
+
+    experiment: Experiment
+    instance: dg.DagsterInstance
+    resources: Mapping[str, LLMResource]
+
+    def __post_init__(self) -> None:
+        self.built: ExperimentDefs = build_experiment(self.experiment)
+        self.defs = self.built.bound(self.resources)
+
+    def execute(self, action: Action) -> str:
+        """Execute the Dagster run of one planned unit; returns its run id."""
+        unit = dagster_unit(action)
+        jobs, parts = self.built.jobs, self.built.scope.partitions
+        # the pid lets the sensor tell a run whose in-process worker was killed from a live one
+        tags = {UNIT_TAG: unit_key(unit), PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+        kwargs: dict[str, Any] = {}
+        if unit.kind == "step":
+            assert unit.epoch is not None and unit.step is not None
+            ensure_partitions(self.instance, parts.epochs_name, [epoch_key(unit.epoch)])
+            ensure_partitions(self.instance, parts.steps_name, [step_key(unit.step)])
+            name, kwargs["partition_key"] = (
+                jobs.gate_step.name,
+                epoch_step_key(unit.epoch, unit.step),
+            )
+        elif unit.kind == "slow_update":
+            assert unit.epoch is not None
+            ensure_partitions(self.instance, parts.epochs_name, [epoch_key(unit.epoch)])
+            name = jobs.slow_update.name
+            kwargs["partition_key"] = epoch_key(unit.epoch)
+        else:
+            name = jobs.finalize.name
+        result = self.defs.resolve_job_def(name).execute_in_process(
+            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            instance=self.instance,
+            tags=tags,
+            raise_on_error=False,
+            **kwargs,
+        )
+        if not result.success:
+            raise TrainingRunFailed(
+                f"run {result.run_id} ({unit.describe()}) failed{_failure_detail(result)}. The "
+                "workspace is at its last checkpoint; fix the cause and run `trm train --resume` "
+                "(or re-execute the run from the UI)"
+            )
+        return result.run_id
 
 
-def _job(name: str) -> dg.JobDefinition:
-    from trm_assets.definitions import defs  # the code location's jobs, resources bound
+def _failure_detail(result: dg.ExecuteInProcessResult) -> str:
+    failure = next((ev for ev in result.all_events if ev.event_type_value == "STEP_FAILURE"), None)
+    if failure is None or failure.step_failure_data is None:
+        return ""
+    err = failure.step_failure_data.error
+    user = failure.step_failure_data.user_failure_data
+    text = (user.description if user is not None else None) or (err.message if err else "")
+    return f": {text.strip()}" if text else ""
 
-    return defs.resolve_job_def(name)
+
+def register_in(instance: dg.DagsterInstance, experiment: Experiment) -> Experiment:
+    """Register the experiment in the instance's registry (so its code location serves it)."""
+    return register(instance.root_directory, experiment)
 
 
-def execute_unit(action: Action, trm: TrmResource, instance: dg.DagsterInstance) -> str:
+def execute_unit(
+    action: Action,
+    trm: Experiment,
+    instance: dg.DagsterInstance,
+    resources: Mapping[str, LLMResource] | None = None,
+) -> str:
     """Execute the Dagster run of one planned unit; returns its run id."""
-    unit = dagster_unit(action)
-    # the pid lets the sensor tell a run whose in-process worker was killed from a live one
-    tags = {
-        UNIT_TAG: unit_key(unit),
-        WORKSPACE_TAG: trm.workspace,
-        PID_TAG: str(os.getpid()),
-        HOST_TAG: socket.gethostname(),
-    }
-    if unit.kind == "step":
-        assert unit.epoch is not None and unit.step is not None
-        e, s = epoch_key(unit.epoch), step_key(unit.step)
-        for name, key in ((EPOCHS, e), (STEPS, s)):
-            if not instance.has_dynamic_partition(name, key):
-                instance.add_dynamic_partitions(name, [key])
-        result = _job(gate_step.name).execute_in_process(
-            run_config=_run_config(trm),
-            instance=instance,
-            partition_key=dg.MultiPartitionKey({"epoch": e, "step": s}),
-            tags=tags,
-            raise_on_error=False,
-        )
-    elif unit.kind == "slow_update":
-        assert unit.epoch is not None
-        result = _job(slow_update.name).execute_in_process(
-            run_config=_run_config(trm, slow_update_run_config(unit.epoch)),
-            instance=instance,
-            tags=tags,
-            raise_on_error=False,
-        )
-    else:
-        result = _job(finalize.name).execute_in_process(
-            run_config=_run_config(trm),
-            instance=instance,
-            tags=tags,
-            raise_on_error=False,
-        )
-    if not result.success:
-        failure = next(
-            (ev for ev in result.all_events if ev.event_type_value == "STEP_FAILURE"), None
-        )
-        detail = ""
-        if failure is not None and failure.step_failure_data is not None:
-            err = failure.step_failure_data.error
-            detail = f": {err.message.strip()}" if err is not None else ""
-        raise TrainingRunFailed(
-            f"run {result.run_id} ({unit.describe()}) failed{detail}. The workspace is at its "
-            f"last checkpoint; fix the cause and run `trm train --resume` (or re-execute the "
-            "run from the UI)"
-        )
-    return result.run_id
+    exp = register_in(instance, trm)
+    return Executor(exp, instance, resources or llm_resources()).execute(action)
 
 
 def drive(
-    trm: TrmResource,
+    trm: Experiment,
     instance: dg.DagsterInstance,
     *,
     echo: Echo | None = None,
     max_runs: int | None = None,
+    resources: Mapping[str, LLMResource] | None = None,
 ) -> DriveSummary:
     """Execute units until the planner says ``done`` (or ``max_runs``)."""
     say = echo or (lambda _m: None)
+    exp = register_in(instance, trm)
+    executor = Executor(exp, instance, resources or llm_resources())
     run_ids: list[str] = []
-    action = planned_action(trm)
+    action = planned_action(exp)
     while action.kind != "done" and (max_runs is None or len(run_ids) < max_runs):
         unit = dagster_unit(action)
         t0 = time.monotonic()
-        run_id = execute_unit(action, trm, instance)
+        run_id = executor.execute(action)
         run_ids.append(run_id)
         for line in harness_lines(instance, run_id):
             say(line)
@@ -157,7 +153,7 @@ def drive(
         if unit.kind == "slow_update":
             what = f"slow update (epoch {unit.epoch}, functions {unit.slow_step}..10)"
         say(f"  [{what}: dagster run {run_id[:8]}, {time.monotonic() - t0:.1f}s]")
-        action = planned_action(trm)
+        action = planned_action(exp)
     return DriveSummary(len(run_ids), action, tuple(run_ids))
 
 

@@ -1,58 +1,73 @@
-"""Dagster resources: the experiment (workspace + config). The LLM providers are built from the
-config (simulated by default, OpenAI-compatible when ``llm_provider: openai``) and the run log
-(DuckDB) lives in the workspace; both are opened per unit of work by the harness.
+"""Dagster resources: the LLM providers, one interface with two implementations (the simulated
+world, an OpenAI-compatible server), like Dagster's ``project_fully_featured`` ``HNClient``.
+
+``definitions.py`` binds both under :data:`LLM_RESOURCE_KEYS`; each experiment's assets require
+the key its config's ``llm_provider`` names, so one instance can serve simulated and real
+experiments side by side, and a test swaps an implementation by key instead of monkeypatching.
+The API key never enters a resource's config (the UI shows resource config): the OpenAI-compatible
+resource reads it from the environment / ``.env`` through ``llm/settings.py``.
 
 No ``from __future__ import annotations`` in the Dagster layer: dagster inspects real annotations.
 """
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from abc import ABC, abstractmethod
 
 import dagster as dg
-from pydantic import Field
 
-from trm_assets.harness.data.config import RunConfig, load_config
-from trm_assets.harness.loop.context import LoopContext, loop_context
-from trm_assets.llm.factory import build_providers
+from trm_assets.defs.experiments import Experiment
+from trm_assets.llm.factory import ProviderConfigError, build_providers
+from trm_assets.llm.providers import ProviderKind, Providers, ProviderSpec
+from trm_assets.llm.settings import Settings
 
-DEFAULT_CONFIG = "data/configs/default.yaml"
-DEFAULT_WORKSPACE = "workspaces/default"
+LLM_RESOURCE_KEYS: dict[ProviderKind, str] = {"sim": "llm_sim", "openai": "llm_openai"}
 
-
-class TrmResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its value is itself
-    """One experiment. ``config_path`` empty → the config ``trm init`` stored in the workspace
-    (falling back to the default simulated config before the workspace exists)."""
-
-    workspace: str = DEFAULT_WORKSPACE
-    config_path: str = ""
-    overrides: list[str] = Field(default_factory=list)
-
-    def workspace_dir(self) -> Path:
-        return Path(self.workspace)
-
-    def resolved_config_path(self) -> str:
-        if self.config_path:
-            return self.config_path
-        stored = self.workspace_dir() / "config.yaml"
-        return str(stored) if stored.is_file() else DEFAULT_CONFIG
-
-    def run_config(self) -> RunConfig:
-        return load_config(self.resolved_config_path(), self.overrides)
-
-    @contextmanager
-    def open(self) -> Iterator[LoopContext]:
-        """A loop context for one unit of work (closes the run log afterwards)."""
-        cfg = self.run_config()
-        with loop_context(self.workspace_dir(), cfg, build_providers(cfg.provider_spec())) as ctx:
-            yield ctx
+# The experiment handle the CLI and the benchmarks build (``TrmResource(workspace=…,
+# config_path=…, overrides=…)``); it is no longer a Dagster resource (the experiment is part of
+# every asset key), so this is the same class under its old name.
+TrmResource = Experiment
 
 
-def default_resource() -> TrmResource:
-    """The resource of this code location: ``TRM_DAGSTER_WORKSPACE`` / ``TRM_DAGSTER_CONFIG``
-    select another experiment without editing code."""
-    return TrmResource(
-        workspace=os.environ.get("TRM_DAGSTER_WORKSPACE", DEFAULT_WORKSPACE),
-        config_path=os.environ.get("TRM_DAGSTER_CONFIG", ""),
-    )
+class LLMResource(dg.ConfigurableResource, ABC):  # type: ignore[type-arg]  # its value is itself
+    """Builds the three model roles (agent, evolve, diagnose) of one unit of work."""
+
+    @abstractmethod
+    def providers(self, spec: ProviderSpec) -> Providers:
+        """The providers for ``spec`` (the experiment config's model settings)."""
+
+
+class SimulatedLLM(LLMResource):
+    """The SIMULATED world of the config's ``ground_truth`` (``llm_provider: sim``)."""
+
+    def providers(self, spec: ProviderSpec) -> Providers:
+        if spec.kind != "sim":
+            raise ProviderConfigError(
+                f"the simulated LLM resource got a config with llm_provider: {spec.kind}; bind "
+                f"this experiment to {LLM_RESOURCE_KEYS[spec.kind]!r}"
+            )
+        return build_providers(spec)
+
+
+class OpenAICompatibleLLM(LLMResource):
+    """An OpenAI-compatible endpoint (``llm_provider: openai``). Empty ``base_url``: the
+    ``TRM_LLM_BASE_URL`` of the environment / ``.env``; the key is always read from there."""
+
+    base_url: str = ""
+
+    def providers(self, spec: ProviderSpec) -> Providers:
+        if spec.kind != "openai":
+            raise ProviderConfigError(
+                f"the OpenAI-compatible LLM resource got a config with llm_provider: "
+                f"{spec.kind}; bind this experiment to {LLM_RESOURCE_KEYS[spec.kind]!r}"
+            )
+        settings = Settings()
+        if self.base_url:
+            settings = settings.model_copy(update={"base_url": self.base_url})
+        return build_providers(spec, settings)
+
+
+def llm_resources() -> dict[str, LLMResource]:
+    """Both implementations under their keys (what ``definitions.py`` and the driver bind)."""
+    return {
+        LLM_RESOURCE_KEYS["sim"]: SimulatedLLM(),
+        LLM_RESOURCE_KEYS["openai"]: OpenAICompatibleLLM(),
+    }

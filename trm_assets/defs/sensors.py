@@ -1,9 +1,10 @@
-"""``epoch_sensor``: launches the next unit of training, strictly one mutating run at a time.
+"""``<experiment>__epoch_sensor``: launches the experiment's next unit of training, one run at a
+time (Automation → Sensors → its toggle; off by default).
 
 The decision is the planner's (:func:`trm_assets.harness.loop.plan.next_action`, shared with
 ``trm train``); the sensor only translates it into a run request, adds the epoch/step partitions
-it needs, and refuses to launch while any run is in progress or after a failed run that a human
-must look at.
+it needs, and refuses to launch while a run of this experiment is queued or in progress, or after
+a failed run that a human must look at. Other experiments' runs do not block it.
 """
 
 import json
@@ -13,12 +14,13 @@ import warnings
 
 import dagster as dg
 
-from trm_assets.defs.jobs import finalize, gate_step, slow_update, slow_update_run_config
-from trm_assets.defs.partitions import epoch_key, epochs, step_key, steps
-from trm_assets.defs.resources import TrmResource
-from trm_assets.harness.loop.plan import Action, next_action, progress_of
+from trm_assets.defs.experiments import EXPERIMENT_TAG
+from trm_assets.defs.jobs import ExperimentJobs
+from trm_assets.defs.ops import planned_action
+from trm_assets.defs.partitions import epoch_key, epoch_step_key, step_key
+from trm_assets.defs.recording import Scope, run_tags
+from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.units import unit_key
-from trm_assets.harness.storage.checkpoint import load_state
 
 IN_PROGRESS = [
     dg.DagsterRunStatus.QUEUED,
@@ -59,75 +61,64 @@ def fail_lost_runs(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> l
     return alive
 
 
-def planned_action(trm: TrmResource) -> Action:
-    """The planner's next unit for the resource's workspace (``init`` before ``trm init``)."""
-    cfg = trm.run_config()
-    state_path = trm.workspace_dir() / "state.json"
-    state = load_state(state_path, cfg) if state_path.exists() else None
-    return next_action(progress_of(state, cfg))
-
-
 def dagster_unit(action: Action) -> Action:
     """Init runs inside the first step's run (one Dagster run per unit otherwise)."""
     return Action("step", epoch=0, step=0) if action.kind == "init" else action
 
 
 def run_request_for(
-    action: Action, trm: TrmResource, counter: int
+    action: Action, scope: Scope, jobs: ExperimentJobs, counter: int
 ) -> tuple[dg.RunRequest, list[dg.AddDynamicPartitionsRequest]]:
     unit = dagster_unit(action)
-    tags = {UNIT_TAG: unit_key(unit), WORKSPACE_TAG: trm.workspace}
-    run_key = f"{trm.workspace}:{unit_key(unit)}#{counter}"
+    tags = {**run_tags(scope.experiment), UNIT_TAG: unit_key(unit)}
+    run_key = f"{scope.name}:{unit_key(unit)}#{counter}"
+    parts = scope.partitions
     if unit.kind == "step":
         assert unit.epoch is not None and unit.step is not None
-        e, s = epoch_key(unit.epoch), step_key(unit.step)
         req = dg.RunRequest(
             run_key=run_key,
-            job_name=gate_step.name,
-            partition_key=dg.MultiPartitionKey({"epoch": e, "step": s}),
+            job_name=jobs.gate_step.name,
+            partition_key=epoch_step_key(unit.epoch, unit.step),
             tags=tags,
         )
-        return req, [epochs.build_add_request([e]), steps.build_add_request([s])]
+        return req, [
+            parts.epochs.build_add_request([epoch_key(unit.epoch)]),
+            parts.steps.build_add_request([step_key(unit.step)]),
+        ]
     if unit.kind == "slow_update":
         assert unit.epoch is not None
         req = dg.RunRequest(
             run_key=run_key,
-            job_name=slow_update.name,
-            run_config=slow_update_run_config(unit.epoch),
+            job_name=jobs.slow_update.name,
+            partition_key=epoch_key(unit.epoch),
             tags=tags,
         )
-        return req, [epochs.build_add_request([epoch_key(unit.epoch)])]
-    return dg.RunRequest(run_key=run_key, job_name=finalize.name, tags=tags), []
+        return req, [parts.epochs.build_add_request([epoch_key(unit.epoch)])]
+    return dg.RunRequest(run_key=run_key, job_name=jobs.finalize.name, tags=tags), []
 
 
 # dagster's own @sensor passes its beta ``owners`` parameter internally; not our usage.
 warnings.filterwarnings("ignore", message="Parameter `owners`", category=dg.BetaWarning)
 
 
-@dg.sensor(
-    jobs=[gate_step, slow_update, finalize],
-    minimum_interval_seconds=5,
-    default_status=dg.DefaultSensorStatus.STOPPED,
-    description="Launches the next step / slow update / finalize of the workspace's training.",
-)
-def epoch_sensor(
-    context: dg.SensorEvaluationContext, trm: TrmResource
+def evaluate_epoch_sensor(
+    context: dg.SensorEvaluationContext, scope: Scope, jobs: ExperimentJobs
 ) -> dg.SkipReason | dg.SensorResult:
-    active = fail_lost_runs(
-        context.instance,
-        list(context.instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS))),
-    )
+    """One tick of the experiment's sensor (the decorated sensor is a thin wrapper)."""
+    mine = dg.RunsFilter(statuses=IN_PROGRESS, tags={EXPERIMENT_TAG: scope.name})
+    active = fail_lost_runs(context.instance, list(context.instance.get_runs(filters=mine)))
     if active:
         run = active[0]
         return dg.SkipReason(
-            f"run {run.run_id} ({run.job_name}) is {run.status.value}: one mutating run at a time"
+            f"run {run.run_id} ({run.job_name}) of experiment {scope.name} is "
+            f"{run.status.value}: one run per experiment at a time"
         )
-    action = planned_action(trm)
+    action = planned_action(scope.experiment)
     if action.kind == "done":
         return dg.SkipReason(f"training finished ({action.reason}); nothing to launch")
     unit = dagster_unit(action)
     last = context.instance.get_runs(
-        filters=dg.RunsFilter(tags={WORKSPACE_TAG: trm.workspace}), limit=2
+        filters=dg.RunsFilter(tags={EXPERIMENT_TAG: scope.name}), limit=2
     )
     # A lost worker (killed process) is relaunched once: the unit restarts from its checkpoint.
     # Any other failure, or a second loss in a row, needs a human.
@@ -155,6 +146,23 @@ def epoch_sensor(
         )
     cursor = json.loads(context.cursor) if context.cursor else {"launched": 0}
     counter = int(cursor["launched"]) + 1
-    request, partition_requests = run_request_for(action, trm, counter)
+    request, partition_requests = run_request_for(action, scope, jobs, counter)
     context.update_cursor(json.dumps({"launched": counter}))
     return dg.SensorResult(run_requests=[request], dynamic_partitions_requests=partition_requests)
+
+
+def epoch_sensor(scope: Scope, jobs: ExperimentJobs) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=f"{scope.name}__epoch_sensor",
+        jobs=[jobs.gate_step, jobs.slow_update, jobs.finalize],
+        minimum_interval_seconds=5,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        description=(
+            f"Launches the next step / slow update / finalize of experiment {scope.name} "
+            f"({scope.experiment.workspace}), one run at a time."
+        ),
+    )
+    def sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason | dg.SensorResult:
+        return evaluate_epoch_sensor(context, scope, jobs)
+
+    return sensor

@@ -1,5 +1,13 @@
-"""One tiny trained workspace (smoke sample, 1 epoch × 1 step) driven through real Dagster runs,
-shared by the Dagster tests; tests that mutate copy it first."""
+"""Two tiny experiments trained through real Dagster runs in ONE instance, shared by the Dagster
+tests (tests that mutate copy a workspace first):
+
+* ``ws`` — the tiny SIMULATED setup (``trm_assets_tests/tiny.py``) over 3 epochs × 2 steps: an
+  accept, a momentum version made after validation (e1 evaluates it, e0 does not), R2 prompt
+  reverts, an early stop and a delivery (current ← best) — every kind of version the lineage must
+  name exactly;
+* ``ws_b`` — the same world, 1 epoch × 1 step: the reference that path-equality tests compare a
+  fresh workspace with.
+"""
 
 from __future__ import annotations
 
@@ -13,21 +21,26 @@ import pytest
 import yaml
 
 from trm_assets.defs.driver import drive
-from trm_assets.defs.resources import TrmResource
+from trm_assets.defs.experiments import Experiment
+from trm_assets.harness.data.config import config_to_yaml, load_config
 from trm_assets.harness.storage.workspace import init_workspace
+from trm_assets_tests.tiny import SMOKE_CONFIG, TINY
 
 ROOT = Path(__file__).resolve().parents[2]
-SMOKE = ROOT / "data" / "configs" / "smoke.yaml"
+LINEAGE = ("epochs=3",)  # 3 epochs × 2 steps (TINY's steps_per_epoch)
+SMALL = ("epochs=1", "steps_per_epoch=1")
 
 
-def tiny_config(directory: Path) -> Path:
-    """The smoke config shrunk to 1 epoch × 1 step (a real file: subprocesses read it too)."""
-    cfg = yaml.safe_load(SMOKE.read_text(encoding="utf-8"))
-    cfg.update(epochs=1, steps_per_epoch=1)
+def write_config(directory: Path, name: str, *extra: str) -> Path:
+    """The tiny config with ``extra`` overrides as a real file (subprocesses read it too), data
+    paths absolute."""
+    cfg = yaml.safe_load(
+        config_to_yaml(load_config(SMOKE_CONFIG, (*TINY, *extra), environ={}, dotenv_path=None))
+    )
     for key in ("questions", "trees", "ground_truth"):
         cfg[key] = str(ROOT / cfg[key])
-    path = directory / "tiny.yaml"
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
     return path
 
 
@@ -36,36 +49,46 @@ def new_workspace(path: Path) -> Path:
     return path
 
 
-def tiny_resource(workspace: Path, config: Path | None = None) -> TrmResource:
-    config = config or tiny_config(workspace.parent)
-    return TrmResource(workspace=str(workspace), config_path=str(config))
+def new_home(path: Path) -> Path:
+    path.mkdir(parents=True)
+    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", path / "dagster.yaml")
+    return path
 
 
 @dataclass(frozen=True)
 class Trained:
-    workspace: Path
-    dagster_home: Path
-    trm: TrmResource
+    home: Path
+    lineage: Experiment  # ``ws``: 3 epochs
+    small: Experiment  # ``ws_b``: 1 epoch × 1 step
+    small_config: Path
     run_ids: tuple[str, ...]
-    config: Path
+
+    @property
+    def workspace(self) -> Path:
+        return self.lineage.workspace_dir()
 
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Trained]:
     base = tmp_path_factory.mktemp("trained")
-    home = base / "dagster_home"
-    home.mkdir()
-    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    ws = new_workspace(base / "ws")
-    trm = tiny_resource(ws)
+    home = new_home(base / "dagster_home")
+    lineage = Experiment(
+        workspace=str(new_workspace(base / "ws")),
+        config_path=str(write_config(base, "lineage", *LINEAGE)),
+    )
+    small_config = write_config(base, "small", *SMALL)
+    small = Experiment(workspace=str(new_workspace(base / "ws_b")), config_path=str(small_config))
+    run_ids: list[str] = []
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        summary = drive(trm, instance)
-    assert summary.last.kind == "done"
-    yield Trained(ws, home, trm, summary.run_ids, Path(trm.config_path))
+        for exp in (lineage, small):
+            summary = drive(exp, instance)
+            assert summary.last.kind == "done"
+            run_ids.extend(summary.run_ids)
+    yield Trained(home, lineage, small, small_config, tuple(run_ids))
 
 
-@pytest.fixture
-def trained_copy(trained: Trained, tmp_path: Path) -> Trained:
-    ws = tmp_path / "ws"
-    shutil.copytree(trained.workspace, ws)
-    return Trained(ws, trained.dagster_home, tiny_resource(ws, trained.config), trained.run_ids)
+def copy_experiment(exp: Experiment, directory: Path) -> Experiment:
+    """A copy of a trained workspace (same config), under the same experiment name."""
+    target = directory / exp.workspace_dir().name
+    shutil.copytree(exp.workspace_dir(), target)
+    return exp.model_copy(update={"workspace": str(target)})

@@ -1,240 +1,512 @@
-"""The Dagster layer on real executions: jobs resolve, an epoch partition materializes with the
-same result as the sensor/driver path, slow_update runs in process, lineage from accuracy to skill
-hash, and the epoch sensor's decisions (launch, in-progress skip, failed-run skip, done)."""
+"""The Dagster layer on real executions: experiments, exact lineage, the epoch asset, the
+slow_update job, the epoch sensor's decisions, `trm run`.
+
+Truth is computed independently of the code under test: versions from the run log's ``runs``
+table (DuckDB, read here), hashes from the store's ``_meta.json`` files (read here as JSON).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
+import duckdb
+import pytest
+from dagster._core.storage.asset_check_execution_record import (
+    AssetCheckExecutionRecordStatus,
+)
 
-from trm_assets.definitions import defs
-from trm_assets.defs.assets.training import epoch_results
-from trm_assets.defs.driver import drive
-from trm_assets.defs.jobs import SLOW_OPS, gate_step, slow_update_run_config
-from trm_assets.defs.sensors import UNIT_TAG, WORKSPACE_TAG, epoch_sensor
-from trm_assets.harness.loop.slow_update import SLOW_STEPS
-from trm_assets.harness.reports.lineage import epoch_summary, skill_facts
+from trm_assets.defs.build import build_experiment
+from trm_assets.defs.checks import lineage_check_result
+from trm_assets.defs.driver import Executor, drive, register_in
+from trm_assets.defs.experiments import EXPERIMENT_TAG, Experiment, code_location_experiments
+from trm_assets.defs.ops import SLOW_NAMES
+from trm_assets.defs.resources import llm_resources
+from trm_assets.defs.sensors import UNIT_TAG
+from trm_assets.domain.question import skill_file_name
+from trm_assets.harness.reports.lineage import epoch_summary
 from trm_assets.harness.storage.workspace import read_manifest
 
-from .conftest import Trained, new_workspace, tiny_resource
+from .conftest import Trained, copy_experiment, new_home, new_workspace
 
-SLOW_NAMES = [
-    "snapshot_and_rerun_validation",
-    "record_dual_metric",
-    "write_back_r_correctness",
-    "settle_probations",
-    "update_best_from_r",
-    "apply_momentum",
-    "evolve_system_and_tools",
-    "r2_closed_loop",
-    "report_epoch",
-    "refresh_ladder",
-]
+SUCCEEDED = AssetCheckExecutionRecordStatus.SUCCEEDED
+
+# -- independent truth ---------------------------------------------------------------------------
 
 
-def test_every_job_resolves_and_slow_update_has_ten_ops_in_order() -> None:
-    dg.Definitions.validate_loadable(defs)
-    for name in ("gate_step", "slow_update", "finalize", "epoch_job"):
-        assert defs.resolve_job_def(name).name == name
-    job = defs.resolve_job_def("slow_update")
-    assert [fn.__name__ for fn in SLOW_STEPS] == SLOW_NAMES
-    assert [op.name for op in SLOW_OPS] == SLOW_NAMES
-    assert job.executor_def is dg.in_process_executor
-    deps = job.graph.dependency_structure
-    for prev, nxt in itertools.pairwise(SLOW_NAMES):
-        upstream = [o.node_name for o in deps.all_upstream_outputs_from_node(nxt)]
-        assert upstream == [prev]
+def run_versions(ws: Path, run_id: str) -> tuple[str, str]:
+    with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
+        row = con.execute(
+            "SELECT skills_version, prompts_version FROM runs WHERE run_id = ?", [run_id]
+        ).fetchone()
+    assert row is not None, run_id
+    return str(row[0]), str(row[1])
 
 
-def _latest(instance: dg.DagsterInstance, asset: str, partition: str) -> dg.AssetMaterialization:
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+def meta(ws: Path, store: str, version: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(
+        (ws / "store" / store / version / "_meta.json").read_text(encoding="utf-8")
+    )
+    return data
+
+
+def versions(ws: Path, store: str) -> list[str]:
+    found = [p.name for p in (ws / "store" / store).iterdir() if p.name.startswith("v")]
+    return sorted(found, key=lambda v: int(v[1:]))
+
+
+def history(
+    instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None = None
+) -> dict[int, dg.AssetMaterialization]:
+    flt = dg.AssetRecordsFilter(
+        asset_key=key, asset_partitions=[partition] if partition is not None else None
+    )
+    recs = instance.fetch_materializations(flt, limit=5000).records
+    return {r.storage_id: r.asset_materialization for r in recs if r.asset_materialization}
+
+
+def latest(
+    instance: dg.DagsterInstance, key: dg.AssetKey, partition: str
+) -> dg.AssetMaterialization:
+    recs = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
     ).records
-    assert records, f"no materialization of {asset}[{partition}]"
-    mat = records[0].asset_materialization
-    assert mat is not None
-    return mat
+    assert recs and recs[0].asset_materialization is not None, f"{key} [{partition}]"
+    return recs[0].asset_materialization
 
 
-def test_lineage_from_accuracy_to_skill_hash(trained: Trained) -> None:
-    summary = epoch_summary(trained.workspace, 0)
-    assert summary is not None
-    with dg.DagsterInstance.from_config(str(trained.dagster_home)) as instance:
-        runs = instance.get_runs()
-        assert sorted(r.job_name for r in runs) == ["finalize", "gate_step", "slow_update"]
-        assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
-        md = _latest(instance, "epoch_eval", "e0").metadata
-        assert md["val_accuracy"].value == summary["val_accuracy"]
-        assert 0.0 < md["val_accuracy"].value < 1.0
-        assert md["skills_version"].value == summary["val_skills_version"]
-        assert md["simulated"].value is True
-        assert md["rollouts"].value == summary["rollouts"] > 0
-        rows = md["per_task_type"].value.records
-        assert len(rows) == 12
-        for row in rows:
-            facts = skill_facts(
-                trained.workspace, row.data["task_type"], md["skills_version"].value
-            )
-            assert md[f"skill_hash/{facts.skill_file}"].value == facts.content_hash
-            assert row.data["content_hash"] == facts.content_hash[:16]
-            # copied from the skill_versions materialization of exactly this partition
-            sv = _latest(instance, "skill_versions", row.data["task_type"])
-            assert row.data["skill_versions_data_version"] == sv.tags["dagster/data_version"]
-            assert sv.metadata["content_hash"].value == facts.content_hash
-        hold = _latest(instance, "holdout_report", "e0").metadata
-        assert set(k for k in hold if k.startswith("versions/")) == {
-            "versions/seed",
-            "versions/epoch_start",
-            "versions/current",
-            "versions/best",
+def key(exp: Experiment, asset: str) -> dg.AssetKey:
+    return dg.AssetKey([exp.name, asset])
+
+
+def task_types(exp: Experiment) -> list[str]:
+    return list(build_experiment(exp).scope.partitions.task_type_keys())
+
+
+# -- experiments ---------------------------------------------------------------------------------
+
+
+def test_one_code_location_serves_both_experiments_disjointly(
+    trained: Trained, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DAGSTER_HOME", str(trained.home))
+    monkeypatch.delenv("TRM_DAGSTER_WORKSPACE", raising=False)
+    served = code_location_experiments()
+    assert [e.name for e in served] == ["ws", "ws_b"]
+    built = [build_experiment(e) for e in served]
+    merged = dg.Definitions.merge(
+        *(b.definitions for b in built), dg.Definitions(resources=llm_resources())
+    )  # what definitions.py builds
+    dg.Definitions.validate_loadable(merged)
+    keys = [{k.to_user_string() for k in b.bound().resolve_all_asset_keys()} for b in built]
+    assert not keys[0] & keys[1]
+    for b, ks in zip(built, keys, strict=True):
+        assert all(k.startswith(f"{b.scope.name}/") for k in ks)
+        assert {j.name for j in b.jobs.all()} == {
+            f"{b.scope.name}__{j}" for j in ("gate_step", "slow_update", "epoch", "finalize")
         }
+    with dg.DagsterInstance.from_config(str(trained.home)) as instance:
+        runs = {r.run_id: r for r in instance.get_runs()}
+        assert len(runs) == len(trained.run_ids)
+        for b, ks in zip(built, keys, strict=True):
+            for k in ks:
+                for mat_run in {
+                    r.run_id
+                    for r in instance.fetch_materializations(
+                        dg.AssetKey.from_user_string(k), limit=5000
+                    ).records
+                }:
+                    assert runs[mat_run].tags[EXPERIMENT_TAG] == b.scope.name, k
 
 
-def test_materializing_an_epoch_partition_equals_the_sensor_path(
+def test_every_version_the_loop_created_is_recorded_by_the_run_that_created_it(
+    trained: Trained,
+) -> None:
+    exp, ws = trained.lineage, trained.workspace
+    by_file = {skill_file_name(t): t for t in task_types(exp)}
+    with dg.DagsterInstance.from_config(str(trained.home)) as instance:
+        runs = {r.run_id: r for r in instance.get_runs()}
+        expected: list[tuple[str | None, str, str]] = []  # (partition, version, data version)
+        for v in versions(ws, "skills"):
+            m = meta(ws, "skills", v)
+            parent = meta(ws, "skills", m["parent"])["files"] if m["parent"] else {}
+            for f, h in m["files"].items():
+                if f in by_file and parent.get(f) != h:
+                    expected.append((by_file[f], v, h[:16]))
+        recorded = {
+            (mat.partition, mat.metadata["version"].value, mat.tags["dagster/data_version"])
+            for mat in history(instance, key(exp, "skill_versions")).values()
+            if mat.metadata["kind"].value != "delivery"
+        }
+        assert set(expected) == recorded
+        kinds = {
+            m.metadata["kind"].value for m in history(instance, key(exp, "skill_versions")).values()
+        }
+        assert {"init", "accept", "momentum", "delivery"} <= kinds
+        # an accept is recorded by the gate_step run of its own step
+        for mat_id, mat in history(instance, key(exp, "skill_versions")).items():
+            if mat.metadata["kind"].value == "accept":
+                reason = str(mat.metadata["reason"].value).split()  # "accept e0 s0 …"
+                run_id = next(
+                    r.run_id
+                    for r in instance.fetch_materializations(
+                        dg.AssetRecordsFilter(
+                            asset_key=key(exp, "skill_versions"), storage_ids=[mat_id]
+                        ),
+                        limit=1,
+                    ).records
+                )
+                assert runs[run_id].tags[UNIT_TAG] == f"step:{reason[1]}:{reason[2]}"
+        # delivery: the final current (best) version's file content, after the last created one
+        current = read_manifest(ws).current
+        deliveries = [
+            m
+            for m in history(instance, key(exp, "skill_versions")).values()
+            if m.metadata["kind"].value == "delivery"
+        ]
+        assert deliveries and all(m.metadata["version"].value == current.skills for m in deliveries)
+        prompt_dvs = [
+            (m.metadata["version"].value, m.tags["dagster/data_version"])
+            for m in history(instance, key(exp, "prompt_versions")).values()
+            if m.metadata["kind"].value != "delivery"
+        ]
+        assert sorted(prompt_dvs) == sorted(
+            (v, meta(ws, "prompts", v)["content_hash"][:16]) for v in versions(ws, "prompts")
+        )
+
+
+def test_every_epoch_eval_row_names_exactly_the_evaluated_version(trained: Trained) -> None:
+    exp, ws = trained.lineage, trained.workspace
+    stale = 0
+    with dg.DagsterInstance.from_config(str(trained.home)) as instance:
+        for e in ("e0", "e1", "e2"):
+            md = latest(instance, key(exp, "epoch_eval"), e).metadata
+            skills, prompts = run_versions(ws, str(md["val_run_id"].value))
+            assert md["skills_version"].value == skills
+            files = meta(ws, "skills", skills)["files"]
+            for row in (r.data for r in md["per_task_type"].value.records):
+                if row["task_type"] == "(prompts)":
+                    truth = meta(ws, "prompts", prompts)["content_hash"][:16]
+                    hist = history(instance, key(exp, "prompt_versions"))
+                else:
+                    truth = files[row["file"]][:16]
+                    hist = history(instance, key(exp, "skill_versions"), row["task_type"])
+                assert row["content_hash"] == truth
+                assert row["referenced_data_version"] == truth
+                event = hist[row["referenced_event"]]  # in the asset's history
+                assert event.tags["dagster/data_version"] == truth
+                stale += int(row["referenced_event"] != max(hist))
+            # Dagster's input provenance: its formula over exactly the evaluated versions
+            tags = latest(instance, key(exp, "epoch_eval"), e).tags
+            dv = tags[f"dagster/input_data_version/{exp.name}/skill_versions"]
+            joined = "".join(files[skill_file_name(t)][:16] for t in sorted(task_types(exp)))
+            assert dv == hashlib.sha256(joined.encode()).hexdigest()
+        # the issue's case: an evaluated version that is no longer its partition's latest
+        assert stale > 0
+        check = dg.AssetCheckKey(key(exp, "epoch_eval"), "epoch_eval_lineage_exact")
+        (last,) = instance.event_log_storage.get_asset_check_execution_history(check, limit=1)
+        assert last.status == SUCCEEDED
+
+
+def test_lineage_check_fails_on_a_wrong_reference(trained: Trained, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(trained.home, home)
+    exp = trained.lineage
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        scope = build_experiment(exp).scope
+        assert lineage_check_result(instance, scope).passed
+        mat = latest(instance, key(exp, "epoch_eval"), "e0")
+        rows = [dict(r.data) for r in mat.metadata["per_task_type"].value.records]
+        # a task type whose skill changed: its history has another data version to point at
+        i, others = next(
+            (i, others)
+            for i, row in enumerate(rows[:-1])
+            if (
+                others := [
+                    sid
+                    for sid, m in history(
+                        instance, key(exp, "skill_versions"), row["task_type"]
+                    ).items()
+                    if m.tags["dagster/data_version"] != row["content_hash"]
+                ]
+            )
+        )
+        rows[i]["referenced_event"] = others[0]  # what "take the latest" used to do
+        md = dict(mat.metadata)
+        md["per_task_type"] = dg.MetadataValue.table(
+            [dg.TableRecord(r) for r in rows], schema=mat.metadata["per_task_type"].value.schema
+        )
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(asset_key=mat.asset_key, partition="e0", metadata=md)
+        )
+        result = lineage_check_result(instance, scope)
+        assert not result.passed
+        assert result.metadata["mismatches"].value == 1
+        assert rows[i]["task_type"] in str(result.metadata["first_mismatches"].value)
+
+
+def _isolated_copy(trained: Trained, exp: Experiment, tmp_path: Path) -> tuple[Path, Experiment]:
+    """A copy of the instance and of one workspace; the copy's registry names the copy."""
+    home = tmp_path / "home"
+    shutil.copytree(trained.home, home)
+    (home / "experiments.yaml").unlink()
+    return home, copy_experiment(exp, tmp_path)
+
+
+def test_republishing_a_finished_epoch_reproduces_the_references(
     trained: Trained, tmp_path: Path
 ) -> None:
-    ws = new_workspace(tmp_path / "ws")
-    trm = tiny_resource(ws, trained.config)
+    home, exp = _isolated_copy(trained, trained.lineage, tmp_path)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        before = latest(instance, key(exp, "epoch_eval"), "e1")
+        ex = Executor(register_in(instance, exp), instance, llm_resources())
+        for name in ("slow_update", "epoch"):
+            job = ex.defs.resolve_job_def(f"{exp.name}__{name}")
+            assert job.execute_in_process(instance=instance, partition_key="e1").success
+            after = latest(instance, key(exp, "epoch_eval"), "e1")
+            assert after.metadata["per_task_type"] == before.metadata["per_task_type"]
+            assert _without_code_version(after.tags) == _without_code_version(before.tags)
+
+
+def _without_code_version(tags: dict[str, str] | None) -> dict[str, str]:
+    return {k: v for k, v in (tags or {}).items() if k != "dagster/code_version"}
+
+
+# -- the epoch asset, the slow_update job --------------------------------------------------------
+
+
+def test_materializing_an_epoch_partition_equals_the_driver_path(
+    trained: Trained, tmp_path: Path
+) -> None:
+    exp = Experiment(
+        workspace=str(new_workspace(tmp_path / "fresh")), config_path=str(trained.small_config)
+    )
     with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("epochs", ["e0"])
-        result = dg.materialize(
-            [epoch_results], resources={"trm": trm}, instance=instance, partition_key="e0"
-        )
+        ex = Executor(register_in(instance, exp), instance, llm_resources())
+        instance.add_dynamic_partitions(f"{exp.name}__epochs", ["e0"])
+        job = ex.defs.resolve_job_def(f"{exp.name}__epoch")
+        result = job.execute_in_process(instance=instance, partition_key="e0")
         assert result.success
-        keys = sorted(
-            m.asset_key.to_user_string() for m in result.get_asset_materialization_events()
-        )
-        assert keys.count("epoch_eval") == 1 and keys.count("holdout_report") == 1
-        assert keys.count("skill_versions") >= 12
-        # materializing again is a no-op for training (idempotent), same numbers
-        again = dg.materialize(
-            [epoch_results], resources={"trm": trm}, instance=instance, partition_key="e0"
-        )
-        assert again.success
-    assert epoch_summary(ws, 0) == epoch_summary(trained.workspace, 0)
-    a, b = read_manifest(ws), read_manifest(trained.workspace)
-    assert (a.current, a.best) == (b.current, b.best)
-    for t in ("Counting Problem", "OCR Problems"):
-        assert skill_facts(ws, t) == skill_facts(trained.workspace, t) or (
-            skill_facts(ws, t).content_hash == skill_facts(trained.workspace, t).content_hash
-        )
-
-
-def test_slow_update_execute_in_process(trained: Trained, tmp_path: Path) -> None:
-    ws = new_workspace(tmp_path / "ws")
-    trm = tiny_resource(ws, trained.config)
-    with dg.instance_for_test() as instance:
-        drive(trm, instance, max_runs=1)  # init + the only step: the slow update is next
-        assert epoch_summary(ws, 0) is None
-        job = defs.resolve_job_def("slow_update")
-        run_config = {
-            **slow_update_run_config(0),
-            "resources": {
-                "trm": {"config": {"workspace": str(ws), "config_path": str(trained.config)}}
-            },
+        # one op per step and per slow-update function: progress visible op by op in the UI
+        ops = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"]
+        prefix = f"{exp.name}__epoch_results.{exp.name}__"
+        assert ops[:13] == [
+            prefix + n for n in ("begin_epoch", "step_0", *SLOW_NAMES, "publish_epoch_outputs")
+        ]
+        checks = {
+            e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
+            for e in result.all_events
+            if e.event_type_value == "ASSET_CHECK_EVALUATION"
         }
-        result = job.execute_in_process(run_config=run_config, instance=instance)
+        assert checks == {
+            "epoch_eval_lineage_exact": True,
+            "no_test_pool_leak": True,
+            "pools_disjoint": True,
+            "skill_paths_inside_skills_dir": True,
+        }
+        step_mat = latest(instance, key(exp, "step_results"), "e0|s0")
+        assert step_mat.metadata["rollout_run_id"].value == "train_e0_s0"
+        # materializing again is a no-op for training (idempotent), same numbers
+        assert job.execute_in_process(instance=instance, partition_key="e0").success
+    small = trained.small.workspace_dir()
+    assert epoch_summary(exp.workspace_dir(), 0) == epoch_summary(small, 0)
+    a, b = read_manifest(exp.workspace_dir()), read_manifest(small)
+    assert (a.current, a.best) == (b.current, b.best)
+
+
+def test_slow_update_job_in_process_then_an_epoch_past_the_last(
+    trained: Trained, tmp_path: Path
+) -> None:
+    exp = Experiment(
+        workspace=str(new_workspace(tmp_path / "fresh")), config_path=str(trained.small_config)
+    )
+    with dg.instance_for_test() as instance:
+        drive(exp, instance, max_runs=1)  # init + the only step: the slow update is next
+        assert epoch_summary(exp.workspace_dir(), 0) is None
+        ex = Executor(register_in(instance, exp), instance, llm_resources())
+        job = ex.defs.resolve_job_def(f"{exp.name}__slow_update")
+        result = job.execute_in_process(instance=instance, partition_key="e0")
         assert result.success
-        assert [
-            e.node_name for e in result.all_events if e.event_type_value == "STEP_SUCCESS"
-        ] == SLOW_NAMES
-        assert epoch_summary(ws, 0) is not None
-        assert (
-            _latest(instance, "epoch_eval", "e0")
-            .metadata["val_run_id"]
-            .value.startswith("train_e0_R")
-        )
+        ops = [e.node_name for e in result.all_events if e.event_type_value == "STEP_SUCCESS"]
+        assert ops == [
+            f"{exp.name}__{n}" for n in ("begin_slow_update", *SLOW_NAMES, "publish_epoch")
+        ]
+        deps = job.graph.dependency_structure
+        for prev, nxt in itertools.pairwise(ops):
+            assert [o.node_name for o in deps.all_upstream_outputs_from_node(nxt)] == [prev]
+        evaluations = [
+            e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
+        ]
+        assert {e.asset_check_evaluation_data.check_name for e in evaluations} == {
+            "epoch_eval_lineage_exact",
+            "no_test_pool_leak",
+        }
+        md = latest(instance, key(exp, "epoch_eval"), "e0").metadata
+        assert str(md["val_run_id"].value).startswith("train_e0_R")
         # re-running the job on the finished epoch is a no-op that still succeeds
-        assert job.execute_in_process(run_config=run_config, instance=instance).success
-    state = json.loads((ws / "state.json").read_text())
-    assert state["epoch"] == 1 and not state["finalized"]  # the epoch is complete: finalize is next
+        assert job.execute_in_process(instance=instance, partition_key="e0").success
+        # the UI journey "Add partition e1, materialize": not finalized yet → raise `epochs`
+        instance.add_dynamic_partitions(f"{exp.name}__epochs", ["e1"])
+        epoch_job = ex.defs.resolve_job_def(f"{exp.name}__epoch")
+        failed = epoch_job.execute_in_process(
+            instance=instance, partition_key="e1", raise_on_error=False
+        )
+        assert not failed.success
+        (failure,) = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+        data = failure.step_failure_data
+        assert data is not None and data.user_failure_data is not None
+        text = str(data.user_failure_data.description)
+        assert "e1 is past the last epoch e0" in text
+        assert "raise `epochs` to at least 2" in text and str(trained.small_config) in text
+        assert "Traceback" not in text and "LookupError" not in text
+        assert instance.get_dynamic_partitions(f"{exp.name}__epochs") == ["e0"]  # no junk
+    state = json.loads((exp.workspace_dir() / "state.json").read_text())
+    assert state["epoch"] == 1 and not state["finalized"]
 
 
-def _sensor(trm, instance, cursor=None):
-    ctx = dg.build_sensor_context(instance=instance, resources={"trm": trm}, cursor=cursor)
-    return epoch_sensor(ctx), ctx
+def test_an_epoch_past_a_finalized_training_says_so(trained: Trained, tmp_path: Path) -> None:
+    home, exp = _isolated_copy(trained, trained.small, tmp_path)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        ex = Executor(register_in(instance, exp), instance, llm_resources())
+        instance.add_dynamic_partitions(f"{exp.name}__epochs", ["e1"])
+        failed = ex.defs.resolve_job_def(f"{exp.name}__epoch").execute_in_process(
+            instance=instance, partition_key="e1", raise_on_error=False
+        )
+        assert not failed.success
+        text = next(
+            str(e.step_failure_data.user_failure_data.description)
+            for e in failed.all_events
+            if e.event_type_value == "STEP_FAILURE"
+        )
+        assert "training finished after 1 epoch(s) (`epochs: 1`" in text and "finalized" in text
+        assert "e1" not in instance.get_dynamic_partitions(f"{exp.name}__epochs")
+
+
+# -- the epoch sensor ----------------------------------------------------------------------------
+
+
+def _tick(
+    exp: Experiment, instance: dg.DagsterInstance, cursor: str | None = None
+) -> tuple[Any, Any]:
+    sensor = build_experiment(exp).definitions.sensors[0]  # type: ignore[index]
+    ctx = dg.build_sensor_context(instance=instance, cursor=cursor)
+    return sensor(ctx), ctx
+
+
+def _fresh(trained: Trained, tmp_path: Path, name: str = "fresh") -> Experiment:
+    return Experiment(
+        workspace=str(new_workspace(tmp_path / name)), config_path=str(trained.small_config)
+    )
 
 
 def test_sensor_launches_first_step_with_partitions(trained: Trained, tmp_path: Path) -> None:
-    trm = tiny_resource(new_workspace(tmp_path / "ws"), trained.config)
+    exp = _fresh(trained, tmp_path)
     with dg.instance_for_test() as instance:
-        result, ctx = _sensor(trm, instance)
+        result, ctx = _tick(exp, instance)
         assert isinstance(result, dg.SensorResult)
         (req,) = result.run_requests
-        assert req.job_name == "gate_step"
+        assert req.job_name == "fresh__gate_step"
         assert req.partition_key == dg.MultiPartitionKey({"epoch": "e0", "step": "s0"})
-        assert req.run_key and req.tags[UNIT_TAG] == "step:e0:s0"
+        assert req.tags[UNIT_TAG] == "step:e0:s0" and req.tags[EXPERIMENT_TAG] == "fresh"
         added = sorted(
             (r.partitions_def_name, tuple(r.partition_keys))
             for r in result.dynamic_partitions_requests
         )
-        assert added == [("epochs", ("e0",)), ("steps", ("s0",))]
+        assert added == [("fresh__epochs", ("e0",)), ("fresh__steps", ("s0",))]
         assert json.loads(ctx.cursor) == {"launched": 1}
 
 
-def test_sensor_skips_while_a_run_is_in_progress(trained: Trained, tmp_path: Path) -> None:
-    trm = tiny_resource(new_workspace(tmp_path / "ws"), trained.config)
+def test_sensor_waits_for_its_own_experiment_only(trained: Trained, tmp_path: Path) -> None:
+    exp = _fresh(trained, tmp_path)
     with dg.instance_for_test() as instance:
-        job = defs.resolve_job_def(gate_step.name)
-        instance.create_run_for_job(job_def=job, run_config={})  # NOT_STARTED
-        result, _ = _sensor(trm, instance)
+        job = build_experiment(trained.small).bound().resolve_job_def("ws_b__finalize")
+        other = instance.create_run_for_job(
+            job_def=job, run_config={}, tags={EXPERIMENT_TAG: "ws_b"}
+        )
+        result, _ = _tick(exp, instance)
+        assert isinstance(result, dg.SensorResult)  # another experiment's run does not block
+        instance.create_run_for_job(job_def=job, run_config={}, tags={EXPERIMENT_TAG: "fresh"})
+        result, _ = _tick(exp, instance)
         assert isinstance(result, dg.SkipReason)
         assert (
-            "NOT_STARTED" in result.skip_message
-            and "one mutating run at a time" in result.skip_message
+            "NOT_STARTED" in result.skip_message and "one run per experiment" in result.skip_message
         )
+        assert other.run_id not in result.skip_message
 
 
 def test_sensor_does_not_relaunch_after_a_failure(trained: Trained, tmp_path: Path) -> None:
-    ws = new_workspace(tmp_path / "ws")
-    trm = tiny_resource(ws, trained.config)
+    exp = _fresh(trained, tmp_path)
     with dg.instance_for_test() as instance:
-        job = defs.resolve_job_def(gate_step.name)
+        job = build_experiment(exp).bound().resolve_job_def("fresh__finalize")
         run = instance.create_run_for_job(
-            job_def=job, run_config={}, tags={UNIT_TAG: "step:e0:s0", WORKSPACE_TAG: str(ws)}
+            job_def=job, run_config={}, tags={UNIT_TAG: "step:e0:s0", EXPERIMENT_TAG: "fresh"}
         )
         instance.report_run_failed(run)
-        result, _ = _sensor(trm, instance)
+        result, _ = _tick(exp, instance)
         assert isinstance(result, dg.SkipReason)
         msg = result.skip_message
         assert "FAILURE" in msg and "not relaunching" in msg and "trm train --resume" in msg
 
 
 def test_sensor_requests_slow_update_then_stops_when_done(trained: Trained, tmp_path: Path) -> None:
-    ws = new_workspace(tmp_path / "ws")
-    trm = tiny_resource(ws, trained.config)
+    exp = _fresh(trained, tmp_path)
     with dg.instance_for_test() as instance:
-        drive(trm, instance, max_runs=1)
-        result, _ = _sensor(trm, instance, cursor=json.dumps({"launched": 4}))
+        drive(exp, instance, max_runs=1)
+        result, _ = _tick(exp, instance, cursor=json.dumps({"launched": 4}))
         (req,) = result.run_requests
-        assert req.job_name == "slow_update"
-        assert req.run_config == slow_update_run_config(0)
+        assert req.job_name == "fresh__slow_update" and req.partition_key == "e0"
         assert req.run_key.endswith("#5")
     with dg.instance_for_test() as instance:
-        result, _ = _sensor(trained.trm, instance)
+        result, _ = _tick(trained.small, instance)
         assert isinstance(result, dg.SkipReason)
         assert "training finished (completed)" in result.skip_message
 
 
-def test_trm_run_creates_trains_and_resumes(trained: Trained, tmp_path: Path) -> None:
-    """`make run`'s command: creates the workspace, trains through Dagster, and a second call
-    resumes a finished workspace without running anything again."""
+# -- `trm run` -----------------------------------------------------------------------------------
+
+
+def test_trm_run_trains_records_pools_and_evaluates_every_check(
+    trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make run`'s command: creates the workspace, trains through Dagster (pools materialized,
+    no asset check left unevaluated), and a second call resumes without running anything."""
     from click.testing import CliRunner
 
     from trm_assets.cli import main
 
-    ws = tmp_path / "ws"
-    args = ["run", "--config", str(trained.config), "--workspace", str(ws)]
+    home = new_home(tmp_path / "home")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    ws = tmp_path / "ws_run"
+    args = ["run", "--config", str(trained.small_config), "--workspace", str(ws)]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     assert "SIMULATED world" in res.output and f"workspace {ws} created" in res.output
     assert "each unit of work is a Dagster run" in res.output
     assert "epoch 0 done: val" in res.output and "delivered best" in res.output
     assert "done (completed): 3 Dagster run(s)" in res.output
-    assert epoch_summary(ws, 0) == epoch_summary(trained.workspace, 0)
+    assert epoch_summary(ws, 0) == epoch_summary(trained.small.workspace_dir(), 0)
+    exp = Experiment(workspace=str(ws))
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        (pools,) = history(instance, key(exp, "pools")).values()
+        assert (
+            pools.metadata["fingerprint"].value
+            == json.loads((ws / "pools.json").read_text())["fingerprint"]
+        )
+        checks = (
+            build_experiment(exp.model_copy(update={"config_path": str(trained.small_config)}))
+            .bound()
+            .resolve_asset_graph()
+            .asset_check_keys
+        )
+        for check in checks:
+            (rec,) = instance.event_log_storage.get_asset_check_execution_history(check, limit=1)
+            assert rec.status == SUCCEEDED, check
+        assert all(r.tags[EXPERIMENT_TAG] == "ws_run" for r in instance.get_runs())
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.output
     assert "done (completed): 0 Dagster run(s)" in again.output
@@ -248,13 +520,14 @@ def test_dagster_path_equals_direct_harness_path(trained: Trained, tmp_path: Pat
 
     ws = new_workspace(tmp_path / "ws")
     res = CliRunner().invoke(
-        train_cmd, ["--workspace", str(ws), "--config", str(trained.config), "--no-dagster"]
+        train_cmd, ["--workspace", str(ws), "--config", str(trained.small_config), "--no-dagster"]
     )
     assert res.exit_code == 0, res.output
-    assert epoch_summary(ws, 0) == epoch_summary(trained.workspace, 0)
-    a, b = read_manifest(ws), read_manifest(trained.workspace)
+    small = trained.small.workspace_dir()
+    assert epoch_summary(ws, 0) == epoch_summary(small, 0)
+    a, b = read_manifest(ws), read_manifest(small)
     assert (a.current, a.best) == (b.current, b.best)
     sa = json.loads((ws / "state.json").read_text())
-    sb = json.loads((trained.workspace / "state.json").read_text())
-    for key in ("correctness", "history", "final", "rejected_buffer", "budget"):
-        assert sa[key] == sb[key], key
+    sb = json.loads((small / "state.json").read_text())
+    for k in ("correctness", "history", "final", "rejected_buffer", "budget"):
+        assert sa[k] == sb[k], k

@@ -1,4 +1,5 @@
-"""The Dagster code location loads, and the pools asset materializes through real Dagster."""
+"""The Dagster code location loads (one experiment per registry entry, each under its own asset
+key prefix), and an experiment's pools asset materializes through real Dagster."""
 
 from __future__ import annotations
 
@@ -6,27 +7,61 @@ import json
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from click.testing import CliRunner
 
 from trm_assets.cli import main
-from trm_assets.definitions import defs
-from trm_assets.defs.assets.pools import pools, pools_disjoint
-from trm_assets.defs.resources import TrmResource
+from trm_assets.defs.build import build_experiment
+from trm_assets.defs.experiments import Experiment, ExperimentError, register
 
 
-def test_definitions_load() -> None:
+def test_definitions_load_the_default_experiment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    import trm_assets.definitions as definitions
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))  # an empty registry
+    monkeypatch.delenv("TRM_DAGSTER_WORKSPACE", raising=False)
+    defs = importlib.reload(definitions).defs
     dg.Definitions.validate_loadable(defs)
-    assert defs.resolve_assets_def("pools").key == dg.AssetKey("pools")
+    assert defs.resolve_assets_def(dg.AssetKey(["default", "pools"])).key.path == [
+        "default",
+        "pools",
+    ]
+    assert {j.name for j in defs.jobs} == {
+        "default__gate_step",
+        "default__slow_update",
+        "default__epoch",
+        "default__finalize",
+    }
+
+
+def test_registry_refuses_a_taken_name(tmp_path: Path) -> None:
+    register(tmp_path, Experiment(workspace=str(tmp_path / "a" / "ws")))
+    register(tmp_path, Experiment(workspace=str(tmp_path / "a" / "ws")))  # the same: no-op
+    with pytest.raises(ExperimentError, match="already workspace"):
+        register(tmp_path, Experiment(workspace=str(tmp_path / "b" / "ws")))
+    with pytest.raises(ExperimentError, match="expected a letter"):
+        Experiment(name="1x", workspace=str(tmp_path))
 
 
 def test_pools_asset_materializes_and_is_frozen(small_dataset: Path, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    res = {"trm": TrmResource(config_path=str(small_dataset / "config.yaml"), workspace=str(ws))}
+    exp = Experiment(config_path=str(small_dataset / "config.yaml"), workspace=str(ws))
+    built = build_experiment(exp)
+    pools = built.bound().resolve_assets_def(dg.AssetKey(["ws", "pools"]))
+    checks = [
+        c
+        for c in built.definitions.asset_checks or []
+        if isinstance(c, dg.AssetChecksDefinition)
+        and dg.AssetKey(["ws", "pools"]) in {k.asset_key for k in c.check_keys}
+    ]
     with dg.instance_for_test() as instance:
-        result = dg.materialize([pools, pools_disjoint], resources=res, instance=instance)
+        result = dg.materialize([pools, *checks], instance=instance)
         assert result.success
-        mat = result.asset_materializations_for_node("pools")[0]
-        md = mat.metadata
+        md = result.asset_materializations_for_node("ws__pools")[0].metadata
         assert md["test"].value == 10 and md["validation"].value == 12
         assert md["diagnosis"].value == 40 - 22
         assert md["simulated"].value is True
@@ -34,15 +69,10 @@ def test_pools_asset_materializes_and_is_frozen(small_dataset: Path, tmp_path: P
         written = json.loads((ws / "pools.json").read_text())
         assert written["fingerprint"] == md["fingerprint"].value
         # A second materialization reuses the frozen file, even with another seed.
-        res2 = {
-            "trm": TrmResource(
-                config_path=str(small_dataset / "config.yaml"),
-                workspace=str(ws),
-                overrides=["seed=99"],
-            )
-        }
-        again = dg.materialize([pools], resources=res2, instance=instance)
-        md2 = again.asset_materializations_for_node("pools")[0].metadata
+        exp2 = exp.model_copy(update={"overrides": ("seed=99",)})
+        pools2 = build_experiment(exp2).bound().resolve_assets_def(dg.AssetKey(["ws", "pools"]))
+        again = dg.materialize([pools2], instance=instance)
+        md2 = again.asset_materializations_for_node("ws__pools")[0].metadata
         assert md2["fingerprint"].value == md["fingerprint"].value
 
 

@@ -1,297 +1,190 @@
-"""Training assets: skill versions and baseline caches per task type, batches and epoch results
-per epoch, step results per (epoch, step). Every body is a call into the harness.
+"""Training assets of one experiment. Every body is a call into the harness.
 
-Lineage: ``skill_versions[task]`` carries the skill file's content hash as its ``DataVersion``;
-``epoch_eval[e]`` copies, per task type, the hash of the skill that produced its accuracy and the
-data version of the matching ``skill_versions`` partition materialization (looked up by partition:
-the input event pointer Dagster records may point at another partition).
+* ``skill_versions`` [task type] and ``prompt_versions``: every version the loop creates, recorded
+  by the run that created it (content hash as data version). They are declared, not computed: a
+  version comes from a training unit, so the catalog offers no "Materialize" for them.
+* ``batches`` [epoch]: the mini-batches, recorded when the epoch's first step draws them.
+* ``step_results`` [epoch × step]: one step (the ``gate_step`` job); its metadata lists every
+  gate of the step and the exact versions its batch rollouts used.
+* ``epoch_eval`` / ``holdout_report`` [epoch]: one op per step, then the ten slow-update functions,
+  then the publication naming exactly the evaluated versions (the ``epoch`` job).
+* ``baseline_cache`` [task type]: the gate baseline rollouts cached per task type.
+
+No ``from __future__ import annotations`` in the Dagster layer: dagster inspects real annotations.
 """
 
 from collections.abc import Iterator
-from typing import Any
 
 import dagster as dg
 
-from trm_assets.defs.assets.pools import pools
-from trm_assets.defs.partitions import (
-    epoch_step_of,
-    epoch_steps,
-    epochs,
-    parse_key,
-    task_types,
-)
-from trm_assets.defs.resources import TrmResource
+from trm_assets.defs.ops import begin_epoch_op, run_unit_here, step_op
+from trm_assets.defs.partitions import epoch_step_of
+from trm_assets.defs.recording import Event, Scope
 from trm_assets.harness.loop.plan import Action
-from trm_assets.harness.loop.units import run_epoch, run_unit
-from trm_assets.harness.reports.lineage import (
-    epoch_eval_facts,
-    load_state_dict,
-    skill_facts,
-    step_rows,
-)
 from trm_assets.harness.storage.cache_store import BaselineCacheStore
 
-SIMULATED_NOTE = "SIMULATED world: synthetic data and a simulated model (see data/README.md)"
+CODE_VERSION = "1"
 
 
-def _sim_md(simulated: bool) -> dict[str, Any]:
-    return {"simulated": simulated, **({"note": SIMULATED_NOTE} if simulated else {})}
-
-
-# ------------------------------------------------------------------------------------------------
-# per task type
-
-
-def skill_versions_materialization_md(
-    trm: TrmResource, task_type: str
-) -> tuple[str, dict[str, Any]]:
-    """(content hash, metadata) of the current skill file of ``task_type``."""
-    f = skill_facts(trm.workspace_dir(), task_type)
-    md = {
-        "skill_file": f.skill_file,
-        "skills_version": f.skills_version,
-        "content_hash": f.content_hash,
-        "head": dg.MetadataValue.md(f"```markdown\n{f.head}\n```"),
-    }
-    return f.content_hash, md
-
-
-@dg.asset(partitions_def=task_types, group_name="skills", deps=[pools])
-def skill_versions(
-    context: dg.AssetExecutionContext, trm: TrmResource
-) -> dg.MaterializeResult[None]:
-    """The current skill file of a task type; its DataVersion is the file's content hash."""
-    digest, md = skill_versions_materialization_md(trm, context.partition_key)
-    return dg.MaterializeResult(data_version=dg.DataVersion(digest[:16]), metadata=md)
-
-
-@dg.asset(partitions_def=task_types, group_name="skills", deps=[skill_versions])
-def baseline_cache(
-    context: dg.AssetExecutionContext, trm: TrmResource
-) -> dg.MaterializeResult[None]:
-    """Gate baseline rollouts cached for a task type (GATE §6.3: gate draws only)."""
-    store = BaselineCacheStore(trm.workspace_dir() / "baseline_cache", context.partition_key)
-    keys = list(store.entries)
-    return dg.MaterializeResult(
-        metadata={
-            "entries": len(keys),
-            "skill_hashes": len({k.skill_hash for k in keys}),
-            "questions": len({k.qid for k in keys}),
-            "path": str(store.path),
-        }
-    )
-
-
-# ------------------------------------------------------------------------------------------------
-# per epoch / step
-
-
-@dg.asset(partitions_def=epochs, group_name="training", deps=[pools])
-def batches(context: dg.AssetExecutionContext, trm: TrmResource) -> dg.MaterializeResult[None]:
-    """The mini-batches of an epoch (drawn when its first step starts)."""
-    epoch = parse_key(context.partition_key, "e")
-    state = load_state_dict(trm.workspace_dir())
-    if state is None or state.get("epoch_started", -1) != epoch:
-        raise dg.Failure(
-            f"epoch e{epoch} has not started (or is over): its batches are drawn by its first "
-            "step; materialize step_results for e{epoch}|s0 or the epoch_eval partition"
-        )
-    sizes = [len(b) for b in state["batches"]]
-    return dg.MaterializeResult(
-        metadata={
-            "epoch": epoch,
-            "batches": len(sizes),
-            "questions": sum(sizes),
-            "sizes": str(sizes),
-        }
-    )
-
-
-@dg.asset(partitions_def=epoch_steps, group_name="training", deps=[pools])
-def step_results(context: dg.AssetExecutionContext, trm: TrmResource) -> dg.MaterializeResult[None]:
-    """One step of one epoch: roll out the batch, diagnose, gate each skill edit (SPEC 5.3)."""
-    epoch, step = epoch_step_of(context.partition_key)
-    with trm.open() as ctx:
-        ran = run_unit(ctx, Action("step", epoch=epoch, step=step), echo=context.log.info)
-        simulated = ctx.providers.simulated
-    return dg.MaterializeResult(metadata=step_metadata(trm, epoch, step, ran, simulated))
-
-
-def step_metadata(
-    trm: TrmResource, epoch: int, step: int, ran: bool, simulated: bool
-) -> dict[str, Any]:
-    rows = step_rows(trm.workspace_dir(), epoch, step)
-    counts = {a: sum(1 for r in rows if r["action"] == a) for a in ("accept", "reject", "abort")}
-    table = dg.MetadataValue.md(
-        "| skill | action | verdict | wins | losses |\n|---|---|---|---|---|\n"
-        + "\n".join(
-            f"| {r['skill_file']} | {r['action']} | {r['verdict'] or ''} | {r['wins'] or ''} "
-            f"| {r['losses'] or ''} |"
-            for r in rows
-        )
-    )
-    return {
-        "epoch": epoch,
-        "step": step,
-        "ran_now": ran,
-        "accepted": counts["accept"],
-        "rejected": counts["reject"],
-        "aborted": counts["abort"],
-        "skills": table,
-        **_sim_md(simulated),
-    }
-
-
-@dg.multi_asset(
-    partitions_def=epochs,
-    group_name="training",
-    specs=[
+def version_specs(scope: Scope) -> list[dg.AssetSpec]:
+    keys, parts = scope.keys, scope.partitions
+    return [
         dg.AssetSpec(
-            "epoch_eval",
-            deps=[
-                dg.AssetDep(skill_versions, partition_mapping=dg.AllPartitionMapping()),
-                dg.AssetDep(batches),
-            ],
-            description="Validation accuracy of an epoch and the skill versions that produced it.",
+            keys.skill_versions,
+            partitions_def=parts.task_types,
+            group_name=scope.name,
+            description=(
+                "Every version of a task type's skill file the loop created (accept, rollback, "
+                "momentum, delivery), recorded by the run that created it; data version = the "
+                "file's content hash (first 16 hex)."
+            ),
         ),
         dg.AssetSpec(
-            "holdout_report",
-            deps=["epoch_eval"],
-            description="Four-way held-out report on the test pool (seed, start, current, best).",
+            keys.prompt_versions,
+            group_name=scope.name,
+            description=(
+                "Every version of the prompt set (system/tool evolution, R2 revert, delivery); "
+                "data version = the set's content hash."
+            ),
         ),
-    ],
-    can_subset=False,
-)
-def epoch_results(
-    context: dg.AssetExecutionContext, trm: TrmResource
-) -> Iterator[dg.MaterializeResult[None]]:
-    """Materializing an epoch partition runs what is left of that epoch (steps, then the ten
-    slow-update functions) — the same harness units the sensor launches — and publishes results."""
-    epoch = parse_key(context.partition_key, "e")
-    with trm.open() as ctx:
-        run_epoch(ctx, epoch, echo=context.log.info)
-        simulated = ctx.providers.simulated
-    for event in skill_version_events(trm, context.instance):
-        context.log_event(event)
-    yield from epoch_outputs(trm, context.instance, epoch, simulated)
-
-
-def skill_version_events(
-    trm: TrmResource, instance: dg.DagsterInstance
-) -> list[dg.AssetMaterialization]:
-    """Record the current skill of each task type whose content changed since its last
-    ``skill_versions`` materialization, so lineage always has the hash an accuracy came from."""
-    events = []
-    for task in task_types.get_partition_keys():
-        digest, md = skill_versions_materialization_md(trm, task)
-        last = _latest_materialization(instance, "skill_versions", task)
-        if last is not None and last.get("content_hash") == digest:
-            continue
-        events.append(
-            dg.AssetMaterialization(
-                asset_key="skill_versions",
-                partition=task,
-                metadata=md,
-                tags={
-                    "dagster/data_version": digest[:16],
-                    "dagster/data_version_is_user_provided": "true",
-                },
-            )
-        )
-    return events
-
-
-def _latest_materialization(
-    instance: dg.DagsterInstance, asset: str, partition: str
-) -> dict[str, object] | None:
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
-    ).records
-    if not records:
-        return None
-    mat = records[0].asset_materialization
-    if mat is None:
-        return None
-    out: dict[str, object] = {k: v.value for k, v in mat.metadata.items()}
-    out["data_version"] = (mat.tags or {}).get("dagster/data_version")
-    out["run_id"] = records[0].run_id
-    return out
-
-
-def epoch_outputs(
-    trm: TrmResource, instance: dg.DagsterInstance, epoch: int, simulated: bool
-) -> Iterator[dg.MaterializeResult[None]]:
-    """The two MaterializeResults of an epoch (the asset path)."""
-    for key, md in epoch_metadata(trm, instance, epoch, simulated):
-        yield dg.MaterializeResult(asset_key=key, metadata=md)
-
-
-def epoch_metadata(
-    trm: TrmResource, instance: dg.DagsterInstance, epoch: int, simulated: bool
-) -> list[tuple[str, dict[str, Any]]]:
-    """(asset key, metadata) of ``epoch_eval`` and ``holdout_report`` for one epoch, shared by
-    the epoch asset and the last op of the ``slow_update`` job."""
-    types = list(task_types.get_partition_keys())
-    facts = epoch_eval_facts(trm.workspace_dir(), epoch, types)
-    s = facts["summary"]
-    lineage_rows = []
-    hashes: dict[str, Any] = {}
-    for t in types:
-        sk = facts["skills"][t]
-        mat = _latest_materialization(instance, "skill_versions", t)
-        upstream = mat.get("data_version") if mat else None
-        hashes[f"skill_hash/{sk.skill_file}"] = sk.content_hash
-        acc = facts["per_task"].get(t, {}).get("accuracy")
-        lineage_rows.append(
-            dg.TableRecord(
-                {
-                    "task_type": t,
-                    "accuracy": acc if acc is not None else float("nan"),
-                    "n": int(facts["per_task"].get(t, {}).get("n") or 0),
-                    "skill_file": sk.skill_file,
-                    "content_hash": sk.content_hash[:16],
-                    "skill_versions_data_version": str(upstream or ""),
-                }
-            )
-        )
-    per_task = dg.MetadataValue.table(
-        lineage_rows,
-        schema=dg.TableSchema(
-            columns=[
-                dg.TableColumn("task_type", "string"),
-                dg.TableColumn("accuracy", "float"),
-                dg.TableColumn("n", "int"),
-                dg.TableColumn("skill_file", "string"),
-                dg.TableColumn("content_hash", "string"),
-                dg.TableColumn("skill_versions_data_version", "string"),
-            ]
+        dg.AssetSpec(
+            keys.batches,
+            partitions_def=parts.epochs,
+            group_name=scope.name,
+            deps=[keys.pools],
+            description="The mini-batches of an epoch, recorded when its first step draws them.",
         ),
+    ]
+
+
+def step_results_asset(scope: Scope) -> dg.AssetsDefinition:
+    keys, parts = scope.keys, scope.partitions
+
+    @dg.asset(
+        key=keys.step_results,
+        partitions_def=parts.epoch_steps,
+        group_name=scope.name,
+        deps=[
+            dg.AssetDep(keys.skill_versions, partition_mapping=dg.AllPartitionMapping()),
+            dg.AssetDep(keys.prompt_versions),
+            # inferred: the epoch dimension of e|s maps to batches' epoch
+            dg.AssetDep(keys.batches),
+        ],
+        required_resource_keys={scope.llm_key},
+        code_version=CODE_VERSION,
+        pool=scope.pool,
     )
-    eval_md: dict[str, Any] = {
-        "val_accuracy": dg.MetadataValue.float(float(s["val_accuracy"] or 0.0)),
-        "val_run_id": s["val_run_id"],
-        "skills_version": facts["skills_version"],
-        "prompts_version": facts["prompts_version"],
-        "per_task_type": per_task,
-        "rollouts": int(s["rollouts"]),
-        "tokens": int(s["tokens"]),
-        "accepted": int(s["accepted"]),
-        "rejected": int(s["rejected"]),
-        "rolled_back": int(s["rolled_back"]),
-        "gates": int(s["gates"]),
-        "best_skills_version": s["best"]["skills_version"],
-        **hashes,
-        **_sim_md(simulated),
-    }
-    if s.get("val_expected_accuracy") is not None:
-        eval_md["val_expected_accuracy"] = dg.MetadataValue.float(float(s["val_expected_accuracy"]))
-    hold_md: dict[str, Any] = {**_sim_md(simulated)}
-    for label, h in s["holdout"].items():
-        if h["accuracy"] is not None:
-            hold_md[f"test_accuracy/{label}"] = dg.MetadataValue.float(float(h["accuracy"]))
-        hold_md[f"versions/{label}"] = f"{h['skills']}/{h['prompts']}"
-        if h.get("expected") is not None:
-            hold_md[f"test_expected_accuracy/{label}"] = dg.MetadataValue.float(
-                float(h["expected"])
-            )
-    return [("epoch_eval", eval_md), ("holdout_report", hold_md)]
+    def step_results(context: dg.AssetExecutionContext) -> Iterator[Event | dg.MaterializeResult]:
+        """One step of one epoch: roll out the batch, diagnose, gate each skill edit (SPEC 5.3);
+        its metadata lists every gate (verdict, W/L, blocks, rollouts)."""
+        epoch, step = epoch_step_of(context.partition_key)
+        ran = run_unit_here(context.op_execution_context, scope, Action("step", epoch, step))
+        recorder = scope.recorder(context.instance)
+        yield from recorder.new_events()
+        md, tags = recorder.step(epoch, step)
+        yield dg.MaterializeResult(metadata={**md, "ran_now": ran}, tags=tags)
+
+    return step_results
+
+
+def epoch_asset(scope: Scope, slow: list[dg.OpDefinition]) -> dg.AssetsDefinition:
+    """``slow``: the experiment's ten slow-update ops, shared with its ``slow_update`` job."""
+    keys, parts = scope.keys, scope.partitions
+    steps = [step_op(scope, s) for s in range(scope.experiment.run_config().steps_per_epoch)]
+    begin = begin_epoch_op(scope)
+    publish = publish_epoch_outputs_op(scope)
+
+    @dg.graph_multi_asset(
+        name=f"{scope.name}__epoch_results",
+        outs={
+            "epoch_eval": dg.AssetOut(
+                key=keys.epoch_eval,
+                dagster_type=dg.Nothing,
+                is_required=False,
+                code_version=CODE_VERSION,
+                description=(
+                    "Validation accuracy of an epoch, every gate of the epoch, and the exact "
+                    "skill/prompt versions evaluated (their skill_versions events)."
+                ),
+            ),
+            "holdout_report": dg.AssetOut(
+                key=keys.holdout_report,
+                dagster_type=dg.Nothing,
+                is_required=False,
+                code_version=CODE_VERSION,
+                description="Four-way held-out report on the test pool (seed, start, current, "
+                "best) and the versions each evaluated.",
+            ),
+        },
+        ins={
+            "skill_versions": dg.AssetIn(
+                keys.skill_versions,
+                partition_mapping=dg.AllPartitionMapping(),
+                dagster_type=dg.Nothing,
+            ),
+            "prompt_versions": dg.AssetIn(keys.prompt_versions, dagster_type=dg.Nothing),
+        },
+        partitions_def=parts.epochs,
+        group_name=scope.name,
+        can_subset=False,
+    )
+    def epoch_results(skill_versions: None, prompt_versions: None) -> tuple[None, None]:
+        """Materializing an epoch partition runs what is left of that epoch — its steps, then
+        the ten slow-update functions, one op each — and publishes the results."""
+        unit = begin(skill_versions=skill_versions, prompt_versions=prompt_versions)
+        for op_def in [*steps, *slow]:
+            unit = op_def(unit)
+        epoch_eval, holdout_report = publish(unit)
+        return epoch_eval, holdout_report
+
+    return epoch_results
+
+
+def publish_epoch_outputs_op(scope: Scope) -> dg.OpDefinition:
+    @dg.op(
+        name=scope.op_name("publish_epoch_outputs"),
+        description="Publish epoch_eval and holdout_report with the exact versions evaluated.",
+        ins={"unit": dg.In(dict)},
+        out={
+            "epoch_eval": dg.Out(dg.Nothing, is_required=False),
+            "holdout_report": dg.Out(dg.Nothing, is_required=False),
+        },
+        pool=scope.pool,
+    )
+    def publish(context: dg.OpExecutionContext, unit: dict) -> Iterator[Event | dg.Output]:
+        if unit["skip"]:
+            return
+        recorder = scope.recorder(context.instance)
+        yield from recorder.new_events()
+        simulated = scope.experiment.run_config().llm_provider == "sim"
+        (eval_md, eval_tags), (hold_md, hold_tags) = recorder.epoch(int(unit["epoch"]), simulated)
+        yield dg.Output(None, "epoch_eval", metadata=eval_md, tags=eval_tags)
+        yield dg.Output(None, "holdout_report", metadata=hold_md, tags=hold_tags)
+
+    return publish
+
+
+def baseline_cache_asset(scope: Scope) -> dg.AssetsDefinition:
+    keys, parts = scope.keys, scope.partitions
+
+    @dg.asset(
+        key=scope.keys.baseline_cache,
+        partitions_def=parts.task_types,
+        group_name=scope.name,
+        deps=[dg.AssetDep(keys.skill_versions)],
+    )
+    def baseline_cache(context: dg.AssetExecutionContext) -> dg.MaterializeResult[None]:
+        """Gate baseline rollouts cached for a task type (GATE §6.3: gate draws only)."""
+        ws = scope.experiment.workspace_dir()
+        store = BaselineCacheStore(ws / "baseline_cache", context.partition_key)
+        entries = list(store.entries)
+        return dg.MaterializeResult(
+            metadata={
+                "entries": len(entries),
+                "skill_hashes": len({k.skill_hash for k in entries}),
+                "questions": len({k.qid for k in entries}),
+                "path": str(store.path),
+            }
+        )
+
+    return baseline_cache

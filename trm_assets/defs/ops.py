@@ -1,0 +1,288 @@
+"""Ops of one experiment: one op per unit of work (a step, each of the ten slow-update functions,
+finalize), each recording what its unit created (:class:`~trm_assets.defs.recording.Recorder`).
+
+The same slow-update ops make the ``slow_update`` job and, after one op per step, the epoch asset
+(``epoch_eval`` / ``holdout_report``), so a UI epoch run shows its progress op by op. Every op
+carries the experiment's pool (``trm_<experiment>``): with pool granularity ``run`` in
+``dagster.yaml`` the run queue admits one run per experiment even when it was launched from the
+asset catalog, whose implicit job has no ``trm/experiment`` tag.
+
+No ``from __future__ import annotations`` in the Dagster layer: dagster inspects real annotations.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+
+from trm_assets.defs.checks import leak_check_result, lineage_check_result
+from trm_assets.defs.experiments import Experiment
+from trm_assets.defs.partitions import (
+    ensure_partitions,
+    epoch_key,
+    epoch_step_key,
+    parse_key,
+    step_key,
+)
+from trm_assets.defs.recording import Event, Recorder, Scope
+from trm_assets.defs.resources import LLMResource
+from trm_assets.domain.errors import TrmError
+from trm_assets.harness.loop.plan import Action, next_action, progress_of
+from trm_assets.harness.loop.progress import ProgressReporter
+from trm_assets.harness.loop.slow_update import SLOW_STEPS
+from trm_assets.harness.loop.units import UnitOrderError, run_unit
+from trm_assets.harness.reports.lineage import load_state_dict
+from trm_assets.harness.storage.checkpoint import load_state
+
+AFTER_STOP_TAG = "trm/after_stop"  # "skip": an epoch run queued after an early stop is a no-op
+SLOW_NAMES = [fn.__name__ for fn in SLOW_STEPS]
+Unit = dict[str, Any]  # {"epoch": int, "skip": bool}, passed from op to op
+
+
+def planned_action(experiment: Experiment) -> Action:
+    """The planner's next unit for the experiment's workspace (``init`` before training)."""
+    cfg = experiment.run_config()
+    state_path = experiment.workspace_dir() / "state.json"
+    state = load_state(state_path, cfg) if state_path.exists() else None
+    return next_action(progress_of(state, cfg))
+
+
+def llm_of(context: dg.OpExecutionContext, scope: Scope) -> LLMResource:
+    llm = getattr(context.resources, scope.llm_key)
+    assert isinstance(llm, LLMResource)
+    return llm
+
+
+def run_unit_here(context: dg.OpExecutionContext, scope: Scope, action: Action) -> bool:
+    """Run one unit of work of the experiment (False: it had already run). Progress lines of long
+    rollout barriers go to the run's log; a unit out of order is a message, not a trace."""
+    progress = ProgressReporter(context.log.info, every_s=10.0)
+    try:
+        with scope.experiment.open(llm_of(context, scope).providers, (progress,)) as ctx:
+            ran = run_unit(ctx, action, echo=context.log.info)
+    except (UnitOrderError, TrmError) as e:
+        raise dg.Failure(description=str(e), allow_retries=False) from None
+    if not ran:
+        context.log.info(f"{action.describe()} already ran: skipped")
+    return ran
+
+
+# ------------------------------------------------------------------------------------------------
+# Bounds: an epoch past the configured ones is a message naming the key to raise
+
+
+def epoch_bounds(scope: Scope, epoch: int) -> tuple[str, str] | None:
+    """``("past", message)`` for an epoch the config does not train, ``("stopped", message)``
+    after an early stop, None when the epoch can run (or has run)."""
+    exp = scope.experiment
+    cfg = exp.run_config()
+    state = load_state_dict(exp.workspace_dir()) or {}
+    trained = [int(h["epoch"]) for h in state.get("history", [])]
+    if any(e == epoch for e in trained):
+        return None
+    config = exp.resolved_config_path()
+    if epoch >= cfg.epochs:
+        if state.get("finalized"):
+            return (
+                "past",
+                f"experiment {exp.name}: training finished after {cfg.epochs} epoch(s) "
+                f"(`epochs: {cfg.epochs}` in {config}) and was finalized (best delivered); "
+                f"e{epoch} is past the last epoch e{cfg.epochs - 1}. A finalized workspace does "
+                "not train further: start a new experiment with a larger `epochs` (e.g. "
+                f"`trm sweep --config {config} --set epochs={epoch + 1} ...`).",
+            )
+        return (
+            "past",
+            f"experiment {exp.name}: e{epoch} is past the last epoch e{cfg.epochs - 1} "
+            f"(`epochs: {cfg.epochs}` in {config}); raise `epochs` to at least {epoch + 1} in "
+            "that config to continue (before the finalize run delivers best).",
+        )
+    if state.get("early_stopped") and trained and epoch > max(trained):
+        return (
+            "stopped",
+            f"experiment {exp.name}: training stopped early after e{max(trained)} (no "
+            f"validation improvement for `patience: {cfg.patience}` epochs); nothing to run "
+            f"for e{epoch}.",
+        )
+    return None
+
+
+def refuse_or_skip(context: dg.OpExecutionContext, scope: Scope, epoch: int) -> bool:
+    """True when the epoch run must do nothing (queued after an early stop); raises a Failure
+    naming the config key for an epoch past the configured ones, removing the partition a user
+    added for it when nothing was ever materialized there (no junk partition)."""
+    bounds = epoch_bounds(scope, epoch)
+    if bounds is None:
+        return False
+    kind, message = bounds
+    if kind == "stopped" and context.run.tags.get(AFTER_STOP_TAG) == "skip":
+        context.log.info(message)
+        return True
+    key = epoch_key(epoch)
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=scope.keys.epoch_eval, asset_partitions=[key]), limit=1
+    ).records
+    if not records and context.instance.has_dynamic_partition(scope.partitions.epochs_name, key):
+        context.instance.delete_dynamic_partition(scope.partitions.epochs_name, key)
+        message += f" (the partition {key} was removed again)"
+    raise dg.Failure(description=message, allow_retries=False)
+
+
+# ------------------------------------------------------------------------------------------------
+# Op factories
+
+
+def begin_epoch_op(scope: Scope, *, job: str = "epoch") -> dg.OpDefinition:
+    """First op of an epoch run (``job`` ``epoch``: the epoch asset, whose upstream versions come
+    in as inputs; ``slow_update``: the job): the epoch from the partition, checked against the
+    config — past the last epoch is a clear failure."""
+    ins = (
+        {"skill_versions": dg.In(dg.Nothing), "prompt_versions": dg.In(dg.Nothing)}
+        if job == "epoch"
+        else {}
+    )
+
+    @dg.op(
+        name=scope.op_name(f"begin_{job}"),
+        description="Check the epoch against the config (past the last epoch: a clear failure).",
+        ins=ins,
+        out=dg.Out(dict),
+        pool=scope.pool,
+    )
+    def begin(context: dg.OpExecutionContext) -> Unit:
+        epoch = parse_key(context.partition_key, "e")
+        return {"epoch": epoch, "skip": refuse_or_skip(context, scope, epoch)}
+
+    return begin
+
+
+def step_op(scope: Scope, step: int) -> dg.OpDefinition:
+    """One step of the epoch; records its versions and its ``step_results`` partition."""
+
+    @dg.op(
+        name=scope.op_name(f"step_{step}"),
+        description=f"Step {step}: roll out the batch, diagnose, gate each skill edit (SPEC 5.3).",
+        ins={"unit": dg.In(dict)},
+        out=dg.Out(dict),
+        required_resource_keys={scope.llm_key},
+        pool=scope.pool,
+    )
+    def step_fn(context: dg.OpExecutionContext, unit: Unit) -> Iterator[Event | dg.Output[Unit]]:
+        if not unit["skip"]:
+            epoch = int(unit["epoch"])
+            ran = run_unit_here(context, scope, Action("step", epoch=epoch, step=step))
+            recorder = scope.recorder(context.instance)
+            yield from recorder.new_events()
+            yield step_materialization(context.instance, scope, recorder, epoch, step, ran)
+        yield dg.Output(unit)
+
+    return step_fn
+
+
+def step_materialization(
+    instance: dg.DagsterInstance, scope: Scope, recorder: Recorder, epoch: int, step: int, ran: bool
+) -> dg.AssetMaterialization:
+    ensure_partitions(instance, scope.partitions.epochs_name, [epoch_key(epoch)])
+    ensure_partitions(instance, scope.partitions.steps_name, [step_key(step)])
+    md, tags = recorder.step(epoch, step)
+    return dg.AssetMaterialization(
+        asset_key=scope.keys.step_results,
+        partition=epoch_step_key(epoch, step),
+        metadata={**md, "ran_now": ran},
+        tags=tags,
+    )
+
+
+def slow_ops(scope: Scope) -> list[dg.OpDefinition]:
+    """The ten slow-update functions (SPEC 5.6), one op each, in order."""
+    return [_slow_op(scope, i, fn.__name__, fn.__doc__) for i, fn in enumerate(SLOW_STEPS, 1)]
+
+
+def _slow_op(scope: Scope, index: int, name: str, doc: str | None) -> dg.OpDefinition:
+    @dg.op(
+        name=scope.op_name(name),
+        description=f"Slow update {index}/10: " + (doc or name).strip().splitlines()[0],
+        ins={"unit": dg.In(dict)},
+        out=dg.Out(dict),
+        required_resource_keys={scope.llm_key},
+        pool=scope.pool,
+    )
+    def slow_fn(context: dg.OpExecutionContext, unit: Unit) -> Iterator[Event | dg.Output[Unit]]:
+        if not unit["skip"]:
+            epoch = int(unit["epoch"])
+            run_unit_here(context, scope, Action("slow_update", epoch=epoch, slow_step=index))
+            yield from scope.recorder(context.instance).new_events()
+        yield dg.Output(unit)
+
+    return slow_fn
+
+
+def publish_epoch_events_op(scope: Scope) -> dg.OpDefinition:
+    """Last op of ``slow_update``: ``epoch_eval`` / ``holdout_report`` as materializations and the
+    evaluations of their checks (the asset path runs the checks as steps instead)."""
+
+    @dg.op(
+        name=scope.op_name("publish_epoch"),
+        description="Publish epoch_eval and holdout_report with the exact versions evaluated.",
+        ins={"unit": dg.In(dict)},
+        out={},
+        pool=scope.pool,
+    )
+    def publish(context: dg.OpExecutionContext, unit: Unit) -> Iterator[Event]:
+        if unit["skip"]:
+            return
+        epoch = int(unit["epoch"])
+        recorder = scope.recorder(context.instance)
+        yield from recorder.new_events()
+        simulated = scope.experiment.run_config().llm_provider == "sim"
+        (eval_md, eval_tags), (hold_md, hold_tags) = recorder.epoch(epoch, simulated)
+        key = epoch_key(epoch)
+        ensure_partitions(context.instance, scope.partitions.epochs_name, [key])
+        yield dg.AssetMaterialization(
+            asset_key=scope.keys.epoch_eval, partition=key, metadata=eval_md, tags=eval_tags
+        )
+        yield dg.AssetMaterialization(
+            asset_key=scope.keys.holdout_report, partition=key, metadata=hold_md, tags=hold_tags
+        )
+        yield from epoch_check_evaluations(context.instance, scope)
+
+    return publish
+
+
+def epoch_check_evaluations(
+    instance: dg.DagsterInstance, scope: Scope
+) -> list[dg.AssetCheckEvaluation]:
+    out = []
+    for name, result in (
+        ("epoch_eval_lineage_exact", lineage_check_result(instance, scope)),
+        ("no_test_pool_leak", leak_check_result(scope)),
+    ):
+        out.append(
+            dg.AssetCheckEvaluation(
+                asset_key=scope.keys.epoch_eval,
+                check_name=name,
+                passed=result.passed,
+                metadata=result.metadata,
+                severity=result.severity,
+            )
+        )
+    return out
+
+
+def deliver_best_op(scope: Scope) -> dg.OpDefinition:
+    @dg.op(
+        name=scope.op_name("deliver_best"),
+        description="Deliver best (current ← best) and evaluate it on the test pool.",
+        required_resource_keys={scope.llm_key},
+        out={},
+        pool=scope.pool,
+    )
+    def deliver_best(context: dg.OpExecutionContext) -> Iterator[Event]:
+        action = planned_action(scope.experiment)
+        if action.kind != "finalize":
+            context.log.info(f"nothing to finalize: the next unit is {action.describe()}")
+        else:
+            run_unit_here(context, scope, action)
+        yield from scope.recorder(context.instance).new_events()
+
+    return deliver_best
