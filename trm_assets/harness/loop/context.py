@@ -100,19 +100,19 @@ class LoopContext:
     def pool_questions(self, name: str) -> list[Question]:
         return [self.questions[q] for q in self.pools.pool(name)]
 
-    @cached_property
-    def validation_by_type(self) -> dict[str, tuple[str, ...]]:
+    def _by_type(self, qids: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
         out: dict[str, list[str]] = {}
-        for qid in self.pools.validation:
+        for qid in qids:
             out.setdefault(self.questions[qid].task_type, []).append(qid)
         return {t: tuple(sorted(v)) for t, v in sorted(out.items())}
 
     @cached_property
+    def validation_by_type(self) -> dict[str, tuple[str, ...]]:
+        return self._by_type(self.pools.validation)
+
+    @cached_property
     def diagnosis_by_type(self) -> dict[str, tuple[str, ...]]:
-        out: dict[str, list[str]] = {}
-        for qid in self.pools.diagnosis:
-            out.setdefault(self.questions[qid].task_type, []).append(qid)
-        return {t: tuple(sorted(v)) for t, v in sorted(out.items())}
+        return self._by_type(self.pools.diagnosis)
 
     @cached_property
     def task_of_skill(self) -> dict[str, str]:
