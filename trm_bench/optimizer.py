@@ -501,6 +501,13 @@ def format_sweep(sweep: dict[str, Any]) -> str:
     help="Where the PNG plot of expected test accuracy against rollouts goes.",
 )
 @click.option(
+    "--aa-policies",
+    default=",".join(POLICIES),
+    show_default=True,
+    help="A/A: the policies to audit (comma-separated; the audit of one policy is independent "
+    "of the others').",
+)
+@click.option(
     "--runs-out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -520,6 +527,7 @@ def cli(
     workers: int,
     plot_path: Path,
     runs_out: Path | None,
+    aa_policies: str,
 ) -> None:
     """Gate policies at an equal rollout budget on the SIMULATED world (ground-truth scoring)."""
     b = budget or (QUICK_BUDGET if quick else FULL_BUDGET)
@@ -560,19 +568,23 @@ def cli(
             f"SIMULATED default sample, {seeds} seeds, budget {b} rollouts; mean over seeds",
         )
     if aa:
+        audited = tuple(p.strip() for p in aa_policies.split(",") if p.strip())
+        unknown = sorted(set(audited) - set(POLICIES))
+        if unknown or not audited:
+            raise click.UsageError(f"--aa-policies: unknown {unknown}; choose from {POLICIES}")
         g = aa_gates or (AA_GATES_PER_RUN_QUICK if quick else AA_GATES_PER_RUN)
         specs = [
             RunSpec(
                 p, s, AA_BUDGET, config_path, (*overrides, *AA_OVERRIDES), max_gates=g, label="aa"
             )
             for s in range(seeds)
-            for p in POLICIES
+            for p in audited
         ]
         runs = run_specs(specs, workers, progress, journal)
         all_runs += runs
         out["aa"] = {
             p: summarize_aa([r for r in runs if r["policy"] == p], base_cfg.gate_alpha)
-            for p in POLICIES
+            for p in audited
         }
         meta["aa_gates_per_run"] = g
         meta["aa_budget_cap"] = AA_BUDGET
