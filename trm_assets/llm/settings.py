@@ -12,22 +12,48 @@ Variables: ``TRM_LLM_API_KEY`` (or ``OPENAI_API_KEY``), ``TRM_LLM_BASE_URL``, ``
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from trm_assets.domain.errors import TrmError
 from trm_assets.llm.redact import redact_url
+
+ENV_PREFIX = "TRM_LLM_"
+#: Fields whose (bad) value an error may show: numbers and choices only. The key and the URL (it
+#: may carry credentials) are never shown, not even cut short.
+_SHOWN_FIELDS = frozenset(
+    {
+        "timeout_s",
+        "max_retries",
+        "max_concurrency",
+        "price_prompt_per_1k",
+        "price_completion_per_1k",
+        "tool_mode",
+    }
+)
+
+
+class SettingsError(TrmError, ValueError):
+    """An invalid ``TRM_LLM_*`` variable: one line per problem, naming the variable."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(self.problems))
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="TRM_LLM_",
+        env_prefix=ENV_PREFIX,
         env_file=".env",
         env_file_encoding="utf-8",
         extra="ignore",
         frozen=True,
         hide_input_in_errors=True,
+        allow_inf_nan=False,  # an infinite timeout or price passes gt/ge and breaks later
     )
 
     api_key: SecretStr | None = Field(
@@ -43,6 +69,48 @@ class Settings(BaseSettings):
     # (servers or models without tool calling; llm/text_tools.py)
     tool_mode: Literal["native", "text"] = "native"
 
+    @field_validator("api_key")
+    @classmethod
+    def _key_is_a_header_value(cls, v: SecretStr | None) -> SecretStr | None:
+        # The key goes into an HTTP header: non-ASCII or whitespace (a trailing newline from a
+        # key file) fails inside the client on every call, after the run has started.
+        if v is None:
+            return v
+        key = v.get_secret_value()
+        if not key:
+            raise ValueError("is empty; unset it, or set the key")
+        bad = [i for i, ch in enumerate(key) if not ("!" <= ch <= "~")]
+        if bad:
+            shown = ", ".join(str(i + 1) for i in bad[:5]) + (" …" if len(bad) > 5 else "")
+            kinds = []
+            if any(key[i].isspace() for i in bad):
+                kinds.append("whitespace (a trailing newline from a key file?)")
+            if any(ord(key[i]) > 127 for i in bad):
+                kinds.append("non-ASCII characters (a typographic quote or dash from copy-paste?)")
+            if not kinds:
+                kinds.append("control characters")
+            raise ValueError(
+                f"contains {' and '.join(kinds)} at character(s) {shown} of {len(key)}; an HTTP "
+                "header carries printable ASCII only — fix the value (it is never shown)"
+            )
+        return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _url_is_http(cls, v: str | None) -> str | None:
+        if v is None or v == "":
+            return None
+        try:
+            parts = urlsplit(v)
+            parts.port  # noqa: B018 - raises ValueError for a malformed port
+        except ValueError:
+            raise ValueError("is not a URL (expected e.g. http://127.0.0.1:8000/v1)") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "expected an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/v1"
+            )
+        return v
+
     def api_key_value(self) -> str | None:
         """The raw key, for the HTTP client only. Never log or store the result."""
         return self.api_key.get_secret_value() if self.api_key is not None else None
@@ -57,3 +125,36 @@ class Settings(BaseSettings):
             "max_concurrency": self.max_concurrency,
             "tool_mode": self.tool_mode,
         }
+
+
+def env_names(field: str) -> str:
+    """The variable(s) that set ``field`` (a field name or one of its aliases)."""
+    if field.upper() in ("API_KEY", f"{ENV_PREFIX}API_KEY", "OPENAI_API_KEY"):
+        return f"{ENV_PREFIX}API_KEY (or OPENAI_API_KEY)"
+    name = field.upper()
+    return name if name.startswith(ENV_PREFIX) else ENV_PREFIX + name
+
+
+def settings_problems(err: ValidationError) -> list[str]:
+    """One line per invalid variable: its name, what is wrong, and its value unless secret."""
+    lines = []
+    for e in err.errors():
+        loc = [str(p) for p in e.get("loc", ())]
+        field = loc[0] if loc else "?"
+        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        value: Any = e.get("input")
+        shown = ""
+        if field in _SHOWN_FIELDS and value is not None and e.get("type") != "missing":
+            text = repr(value)
+            shown = f" (got {text if len(text) <= 40 else text[:37] + '...'})"
+        lines.append(f"{env_names(field)}: {msg}{shown} (environment or .env)")
+    return lines
+
+
+def load_settings(**values: Any) -> Settings:
+    """:class:`Settings` from the environment / ``.env``; invalid variables raise
+    :class:`SettingsError` (one human line each, never a pydantic dump or a secret)."""
+    try:
+        return Settings(**values)
+    except ValidationError as e:
+        raise SettingsError(settings_problems(e)) from None
