@@ -299,12 +299,13 @@ def comparison(
     workers: int,
     progress: Progress | None,
     journal: Path | None = None,
+    policies: Sequence[str] = POLICIES,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     specs = [
-        RunSpec(p, s, budget, config, tuple(overrides)) for s in range(seeds) for p in POLICIES
+        RunSpec(p, s, budget, config, tuple(overrides)) for s in range(seeds) for p in policies
     ]
     runs = run_specs(specs, workers, progress, journal)
-    return {p: summarize([r for r in runs if r["policy"] == p]) for p in POLICIES}, runs
+    return {p: summarize([r for r in runs if r["policy"] == p]) for p in policies}, runs
 
 
 def sweep_table(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -501,6 +502,14 @@ def format_sweep(sweep: dict[str, Any]) -> str:
     help="Where the PNG plot of expected test accuracy against rollouts goes.",
 )
 @click.option(
+    "--policies",
+    "compared",
+    default=",".join(POLICIES),
+    show_default=True,
+    help="The policies to compare (comma-separated; runs are independent, so a subset gives "
+    "the same per-policy figures as the full comparison).",
+)
+@click.option(
     "--aa-policies",
     default=",".join(POLICIES),
     show_default=True,
@@ -527,6 +536,7 @@ def cli(
     workers: int,
     plot_path: Path,
     runs_out: Path | None,
+    compared: str,
     aa_policies: str,
 ) -> None:
     """Gate policies at an equal rollout budget on the SIMULATED world (ground-truth scoring)."""
@@ -558,7 +568,12 @@ def cli(
         "simulated": True,
     }
     if not aa and not sweep:
-        policies, runs = comparison(seeds, b, config_path, overrides, workers, progress, journal)
+        chosen = tuple(p.strip() for p in compared.split(",") if p.strip())
+        if not chosen or set(chosen) - set(POLICIES):
+            raise click.UsageError(f"--policies: choose from {POLICIES}, got {chosen}")
+        policies, runs = comparison(
+            seeds, b, config_path, overrides, workers, progress, journal, chosen
+        )
         all_runs += runs
         out["policies"] = policies
         out["plot"] = write_plot(
