@@ -166,3 +166,42 @@ def test_verification_costs_less_than_reading(tmp_path: Path) -> None:
         assert read_version_files(root, "v1") == files
     verified = time.perf_counter() - t0
     assert verified < 1.5 * plain, (verified, plain)
+
+
+def test_trm_check_lists_every_problem(ws: Path, tmp_path: Path) -> None:
+    from trm_assets.cli.check import check_cmd
+
+    ok = CliRunner().invoke(check_cmd, [str(ws)])
+    assert ok.exit_code == 0 and ok.output.startswith(f"ok: {ws} ("), ok.output
+    current = pointers(ws)[0]
+    edited = a_skill(ws, "v1")
+    edited.write_text("edited\n", encoding="utf-8")
+    evil = ws / "store" / "skills" / current / "evil.md"
+    evil.write_text("x\n", encoding="utf-8")
+    shutil.rmtree(ws / "store" / "prompts" / "v1")  # current and best prompts
+    other = new_workspace(tmp_path / "other", tiny_config())
+    from trm_assets.harness.storage.workspace import record_run
+
+    record_run(other, "r")  # creates other's run log, with other's identity
+    shutil.copy(other / "runs.duckdb", ws / "runs.duckdb")
+    ladder = json.loads((ws / "ladder.json").read_text(encoding="utf-8"))
+    ladder["entries"][0][2] = 0.99  # p̂ edited: the fingerprint no longer matches
+    (ws / "ladder.json").write_text(json.dumps(ladder), encoding="utf-8")
+    cache = ws / "baseline_cache" / "action-reasoning.json"
+    cache.parent.mkdir(exist_ok=True)
+    cache.write_text("{", encoding="utf-8")
+    res = CliRunner().invoke(check_cmd, [str(ws)])
+    assert res.exit_code == 1, res.output
+    problems = [ln for ln in res.output.splitlines() if ln.startswith("problem: ")]
+    expected = [
+        f"{edited}: edited after skills version v1",
+        f"{evil}: not part of skills version {current}",
+        "manifest.json current refers to prompts version v1",
+        f"{ws / 'runs.duckdb'}: belongs to workspace",
+        "which state.json refers to, is not in table runs",  # the foreign log lacks our runs
+        f"{ws / 'ladder.json'}",
+        f"{cache}",
+    ]
+    for want in expected:
+        assert sum(want in p for p in problems) == 1, (want, problems)
+    assert len(problems) == len(expected), problems

@@ -1,0 +1,318 @@
+"""``trm check WORKSPACE``: verify everything a workspace holds, list every problem (issue 18.5).
+
+Read-only. Each check reads a file the way the loop does and reports what the loop would refuse,
+without stopping at the first problem:
+
+* the manifest (and that the workspace is a directory);
+* the store: every version of both stores matches its ``_meta.json`` (no edited, added or missing
+  file), names its parent, and nothing else lives in a store root;
+* the pointers: every version the manifest and the checkpoint refer to exists and is intact;
+* ``state.json``: a complete checkpoint of this code's format;
+* the run log: present once runs were recorded, readable, of this workspace (identity), and
+  holding every run the checkpoint refers to;
+* ``pools.json``, ``ladder.json`` (its fingerprint, and that it covers the validation pool) and
+  every ``baseline_cache/*.json``.
+
+Notes (not problems) say what is expected after an interruption: a version newer than the
+checkpoint's mark (rolled back by the next unit), a temp directory of a killed write, a workspace
+in use by another process.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trm_assets.domain.errors import TrmError
+from trm_assets.domain.ladder import LadderParams, ladder_from_dict, ladder_pool_fingerprint
+from trm_assets.domain.pools import Pools, pools_from_dict
+from trm_assets.harness.storage.cache_store import read_cache_file
+from trm_assets.harness.storage.checkpoint import (
+    TrainState,
+    referenced_versions,
+    state_from_dict,
+)
+from trm_assets.harness.storage.lock import LOCK_FILE, lock_holder
+from trm_assets.harness.storage.runlog import RunLogBusyError, RunLogReader
+from trm_assets.harness.storage.versions import (
+    META_FILE,
+    StoreError,
+    list_versions,
+    parse_version,
+    verify_version,
+)
+from trm_assets.harness.storage.workspace import (
+    RUN_DB_FILE,
+    Manifest,
+    read_manifest,
+    store_roots,
+)
+
+
+@dataclass
+class CheckReport:
+    """What ``trm check`` found: ``problems`` (the workspace is not usable as is) and ``notes``."""
+
+    workspace: Path
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    checked: dict[str, int] = field(default_factory=dict)  # what was verified, counted
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_workspace(workspace: str | Path) -> CheckReport:
+    """Verify the whole workspace; never raises for a problem of the workspace."""
+    ws = Path(workspace)
+    report = CheckReport(ws)
+    try:
+        manifest = read_manifest(ws)
+    except TrmError as e:
+        report.problems.append(str(e))
+        return report
+    holder = lock_holder(ws)
+    if holder is not None:
+        report.notes.append(
+            f"{ws / LOCK_FILE}: the workspace is in use by {holder.describe()}; what it is "
+            "writing now may show up as a problem — check again when it is done"
+        )
+    _check_store(ws, report)
+    state = _guard(report, lambda: _load_state(ws))
+    _check_pointers(ws, state, report)
+    if state is not None:
+        _check_mark(ws, state, report)
+    _check_run_log(ws, manifest, state, report)
+    pools = _guard(report, lambda: _load_pools(ws))
+    _guard(report, lambda: _check_ladder(ws, pools, report))
+    _check_cache(ws, report)
+    return report
+
+
+def _guard(report: CheckReport, fn: Callable[[], Any]) -> Any:
+    """Run one check; a human error becomes a problem line, the check's result None."""
+    try:
+        return fn()
+    except TrmError as e:
+        report.problems.append(str(e))
+    except (OSError, ValueError) as e:
+        report.problems.append(f"{type(e).__name__}: {e}")
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# store and pointers
+
+
+def _check_store(ws: Path, report: CheckReport) -> None:
+    for root in store_roots(ws):
+        kind = root.name
+        if not root.is_dir():
+            report.problems.append(f"{root}: missing (every workspace has a {kind} store)")
+            continue
+        versions = list_versions(root)
+        known = set(versions)
+        for entry in sorted(root.iterdir()):
+            if entry.name in known:
+                continue
+            if entry.name.startswith(".tmp-"):
+                report.notes.append(
+                    f"{entry}: temp directory of an interrupted version write (removed by the "
+                    "next write)"
+                )
+            else:
+                report.problems.append(
+                    f"{entry}: not a version of the {kind} store (expected only v1, v2, … "
+                    "directories); move it out of the store"
+                )
+        for v in versions:
+            try:
+                meta = verify_version(root, v)
+            except StoreError as e:
+                report.problems.append(str(e))
+                continue
+            if meta.parent is not None and (
+                meta.parent not in known or parse_version(meta.parent) >= parse_version(v)
+            ):
+                report.problems.append(
+                    f"{root / v / META_FILE}: parent {meta.parent} is not an earlier version "
+                    f"of this store (known: {', '.join(versions)})"
+                )
+        report.checked[f"{kind} versions"] = len(versions)
+
+
+def _check_pointers(ws: Path, state: TrainState | None, report: CheckReport) -> None:
+    skills_root, prompts_root = store_roots(ws)
+    refs = referenced_versions(ws, state)
+    for who, kind, version in refs:
+        root = skills_root if kind == "skills" else prompts_root
+        try:
+            verify_version(root, version)
+        except StoreError as e:
+            if (root / version).is_dir():
+                continue  # an integrity problem of the version itself, reported by the store
+            report.problems.append(f"{who} refers to {kind} version {version}: {e}")
+    report.checked["references"] = len(refs)
+
+
+# ------------------------------------------------------------------------------------------------
+# checkpoint
+
+
+def _load_state(ws: Path) -> TrainState | None:
+    path = ws / "state.json"
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise StoreError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
+    except UnicodeDecodeError:
+        raise StoreError(f"{path}: not UTF-8 text") from None
+    if not isinstance(data, dict):
+        raise StoreError(f"{path}: expected a JSON object")
+    return state_from_dict(data, str(path))
+
+
+def _check_mark(ws: Path, state: TrainState, report: CheckReport) -> None:
+    mark = state.workspace_mark
+    for root, key in zip(store_roots(ws), ("skills_latest", "prompts_latest"), strict=True):
+        if key not in mark:
+            continue
+        newer = [v for v in list_versions(root) if parse_version(v) > int(mark[key])]
+        if newer:
+            report.notes.append(
+                f"{root}: {', '.join(newer)} written after the last checkpoint by an "
+                "interrupted unit of work (the next unit rolls them back)"
+            )
+
+
+# ------------------------------------------------------------------------------------------------
+# run log
+
+
+def _state_run_ids(state: TrainState | None) -> set[str]:
+    if state is None:
+        return set()
+    ids = {state.eval_prev_run_id} if state.eval_prev_run_id else set()
+    if state.seed_eval and state.seed_eval.get("run_id"):
+        ids.add(str(state.seed_eval["run_id"]))
+    ids |= {p.anchor_run_id for p in state.probations.values() if p.anchor_run_id}
+    return ids
+
+
+def _check_run_log(
+    ws: Path, manifest: Manifest, state: TrainState | None, report: CheckReport
+) -> None:
+    path = ws / RUN_DB_FILE
+    if not path.exists():
+        if manifest.history or state is not None:
+            report.problems.append(
+                f"{path}: missing, but manifest.json records {len(manifest.history)} run(s); "
+                "restore it from a backup, or start a new workspace (`trm init`)"
+            )
+        return
+    try:
+        reader = RunLogReader.open(path)
+    except RunLogBusyError as e:
+        report.notes.append(f"run log not checked: {e}")
+        return
+    except TrmError as e:
+        report.problems.append(str(e))
+        return
+    with reader:
+        try:
+            stored = reader.workspace_id()
+            if manifest.workspace_id is None:
+                report.notes.append(
+                    f"{ws / 'manifest.json'}: no workspace identity (created before identities "
+                    "existed): a run log copied from another workspace cannot be detected"
+                )
+            elif stored is None:
+                report.notes.append(
+                    f"{path}: no workspace identity yet (the next unit of work records it)"
+                )
+            elif stored != manifest.workspace_id:
+                report.problems.append(
+                    f"{path}: belongs to workspace {stored}, not to this one "
+                    f"({manifest.workspace_id} in manifest.json) — copied from another workspace? "
+                    "Put this workspace's own runs.duckdb back"
+                )
+            runs = {str(r["run_id"]) for r in reader.query("SELECT run_id FROM runs")}
+            n_pred = reader.query("SELECT count(*) AS n FROM predictions")[0]["n"]
+        except TrmError as e:
+            report.problems.append(str(e))
+            return
+        except Exception as e:  # a damaged table: any DuckDB error
+            report.problems.append(f"{path}: cannot be read ({type(e).__name__}: {e})")
+            return
+    for run_id in sorted(_state_run_ids(state) - runs):
+        report.problems.append(
+            f"{path}: run {run_id!r}, which state.json refers to, is not in table runs (the run "
+            "log is older than the checkpoint, or from elsewhere)"
+        )
+    report.checked["runs"] = len(runs)
+    report.checked["predictions"] = int(n_pred)
+
+
+# ------------------------------------------------------------------------------------------------
+# pools, ladder, cache
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise StoreError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
+    except UnicodeDecodeError:
+        raise StoreError(f"{path}: not UTF-8 text") from None
+
+
+def _load_pools(ws: Path) -> Pools | None:
+    path = ws / "pools.json"
+    if not path.exists():
+        return None
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise StoreError(f"{path}: expected a JSON object")
+    return pools_from_dict(data, str(path))
+
+
+def _check_ladder(ws: Path, pools: Pools | None, report: CheckReport) -> None:
+    path = ws / "ladder.json"
+    if not path.exists():
+        return
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise StoreError(f"{path}: expected a JSON object")
+    try:
+        tasks = {str(e[0]): str(e[1]) for e in data["entries"]}
+        params = LadderParams(**data["params"])
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise StoreError(f"{path}: not a ladder ({type(e).__name__}: {e})") from None
+    ladder = ladder_from_dict(
+        data, expected_pool_fingerprint=ladder_pool_fingerprint(tasks, params), source=str(path)
+    )
+    if pools is not None and set(tasks) != set(pools.validation):
+        report.problems.append(
+            f"{path}: covers {len(tasks)} questions, not the {len(pools.validation)} of the "
+            "validation pool in pools.json"
+        )
+    report.checked["ladder entries"] = len(ladder.entries)
+
+
+def _check_cache(ws: Path, report: CheckReport) -> None:
+    directory = ws / "baseline_cache"
+    if not directory.is_dir():
+        return
+    n = 0
+    for path in sorted(directory.glob("*.json")):
+        try:
+            n += len(read_cache_file(path))
+        except TrmError as e:
+            report.problems.append(str(e))
+    report.checked["cache entries"] = n
