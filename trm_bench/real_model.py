@@ -56,6 +56,7 @@ from trm_bench.real_model_report import (
     read_run_log,
     rollout_summary,
     server_log_summary,
+    structured_output_rewrite,
     template_headings,
     wire_summary,
 )
@@ -68,7 +69,7 @@ SUBSET_PER_TYPE: Final = 6
 DURATION_ORDER: Final = {"short": 0, "medium": 1, "long": 2}
 
 #: Provider settings of the run (engineering settings: environment only, never in the config).
-LLM_TIMEOUT_S: Final = 300
+LLM_TIMEOUT_S: Final = 600  # a ~1,700-token structured call took 386 s on the loaded machine
 LLM_MAX_CONCURRENCY: Final = 2
 LLM_MAX_RETRIES: Final = 2
 TRAIN_TIMEOUT_S: Final = 40 * 60
@@ -170,15 +171,20 @@ def run_trm(
         timer.daemon = True
         timer.start()
         assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.rstrip("\n")
-            t = time.perf_counter() - t0
-            run.lines.append((round(t, 1), line))
-            fh.write(f"[{t:7.1f}s] {line}\n")
-            fh.flush()
-            echo(f"  [{t:6.0f}s] {line}")
-        proc.wait()
-        timer.cancel()
+        try:
+            for raw in proc.stdout:
+                line = raw.rstrip("\n")
+                t = time.perf_counter() - t0
+                run.lines.append((round(t, 1), line))
+                fh.write(f"[{t:7.1f}s] {line}\n")
+                fh.flush()
+                echo(f"  [{t:6.0f}s] {line}")
+            proc.wait()
+        finally:  # interrupted (Ctrl-C) or not: never leave the child running
+            timer.cancel()
+            if proc.poll() is None:
+                _kill_group(proc)
+                proc.wait()
     run.returncode = 124 if timed_out.is_set() else proc.returncode
     run.wall_s = time.perf_counter() - t0
     return run
@@ -264,10 +270,19 @@ def run_real_model_bench(
     *,
     port: int | None = None,
     keep_workspace: bool = False,
+    constrain_json: bool = True,
     echo: Echo = print,
 ) -> dict[str, Any]:
-    """Build/reuse the environment, train and evaluate against the real server, report."""
+    """Build/reuse the environment, train and evaluate against the real server, report.
+
+    ``constrain_json`` (the default) lets the proxy add a bounded JSON schema as
+    ``response_format`` to the structured calls (diagnose, evolve, momentum), which llama.cpp
+    turns into a grammar: unconstrained, SmolLM2-135M answers them in prose, so no edit is ever
+    proposed and no gate runs (see docs/decision-real-model-bench.md). Agent calls are never
+    changed.
+    """
     t_start = time.perf_counter()
+    load_start = os.getloadavg()
     _check_subset()
     env = ensure_environment(cache_dir, echo=echo)
     echo(
@@ -285,8 +300,10 @@ def run_real_model_bench(
     commands: dict[str, CommandRun] = {}
     with LlamaServer(env, server_port, run_dir / "server.log", settings) as server:
         echo(f"server: {server.base_url} ready in {server.start_s:.1f} s ({env.gguf.name})")
+        headings = template_headings(REPO / "prompts")
+        rewrite = structured_output_rewrite(headings) if constrain_json else None
         with RecordingProxy(
-            f"http://127.0.0.1:{server_port}", run_dir / "calls.jsonl", free_port()
+            f"http://127.0.0.1:{server_port}", run_dir / "calls.jsonl", free_port(), rewrite
         ) as proxy:
             child_env = bench_environment(proxy.base_url)
             cfg = str(CONFIG.relative_to(REPO))
@@ -323,6 +340,7 @@ def run_real_model_bench(
         server={
             "command": "python -m llama_cpp.server " + " ".join(server.command()[3:]),
             **settings.__dict__,
+            "structured_calls_schema_constrained_by_the_bench": constrain_json,
         },
         wall={
             "setup": round(env.setup_s, 1),
@@ -331,6 +349,9 @@ def run_real_model_bench(
             "total": round(time.perf_counter() - t_start, 1),
         },
     )
+    # the machine is shared: a loaded machine explains slow figures
+    result["machine"]["load_avg_1_5_15_start"] = [round(x, 2) for x in load_start]
+    result["machine"]["load_avg_1_5_15_end"] = [round(x, 2) for x in os.getloadavg()]
     if not keep_workspace:
         shutil.rmtree(workspace, ignore_errors=True)
         result["workspace"] = None
@@ -359,6 +380,7 @@ def _analyse(
 ) -> dict[str, Any]:
     headings = template_headings(REPO / "prompts")
     wire = wire_summary(calls, headings)
+    rewritten = sum(1 for c in calls if c.rewrite)
     wire_train = wire_summary(calls[:n_train_calls], headings)
     server_text = (run_dir / "server.log").read_text(encoding="utf-8", errors="replace")
     run_db = workspace / "runs.duckdb"
@@ -391,6 +413,7 @@ def _analyse(
         "rollouts_eval": rollout_summary(eval_preds),
         "rollout_errors": infra_examples(preds),
         "structured": wire["structured"],
+        "structured_calls_constrained": rewritten,
         "agent_replies": wire["agent_replies"],
         "tokens": wire["tokens"],
         "tokens_training": wire_train["tokens"],
@@ -480,6 +503,10 @@ def format_report(r: Mapping[str, Any]) -> str:
     for k in ("answered", "no_answer", "malformed", "context_length", "infra", "aborted"):
         lines.append(f"{'  ' + k.replace('_', ' '):<34}{ro[k]:>8}")
     lines.append(f"{'  correct':<34}{ro['correct']:>8}  (accuracy {ro['accuracy']})")
+    lines.append(
+        f"{'structured calls schema-constrained':<34}{r['structured_calls_constrained']:>8}  "
+        "(by the bench's proxy: response_format json_object; --raw-json to turn off)"
+    )
     for role, s in r["structured"].items():
         lines.append(
             f"{role + ' replies':<34}{sum(s.values()):>8}  parsed {s['parsed']}, repaired "
@@ -520,9 +547,19 @@ def format_report(r: Mapping[str, Any]) -> str:
     help="Where the server venv, the model and the last run live (git-ignored).",
 )
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Server port (free).")
+@click.option(
+    "--raw-json",
+    is_flag=True,
+    help="Send the structured calls as the loop makes them (no schema-constrained decoding).",
+)
 @click.option("--write-subset", is_flag=True, help="Rewrite data/real-model/questions.json; exit.")
 def real_model(
-    as_json: bool, keep_workspace: bool, cache_dir: Path, port: int | None, write_subset: bool
+    as_json: bool,
+    keep_workspace: bool,
+    cache_dir: Path,
+    port: int | None,
+    raw_json: bool,
+    write_subset: bool,
 ) -> None:
     """Train and evaluate against llama.cpp's OpenAI-compatible server with SmolLM2-135M."""
     if write_subset:
@@ -535,7 +572,11 @@ def real_model(
         click.echo(msg, err=True)
 
     result = run_real_model_bench(
-        cache_dir.resolve(), port=port, keep_workspace=keep_workspace, echo=progress
+        cache_dir.resolve(),
+        port=port,
+        keep_workspace=keep_workspace,
+        constrain_json=not raw_json,
+        echo=progress,
     )
     click.echo(json.dumps(result, indent=1, default=str) if as_json else format_report(result))
     if not result["ok"]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -41,6 +42,7 @@ class WireCall:
     request: Any
     response: Any
     error_excerpt: str | None = None
+    rewrite: str | None = None  # what the bench's rewrite hook changed (None: sent unchanged)
 
     @property
     def latency_s(self) -> float:
@@ -62,10 +64,21 @@ class RecordingProxy:
     A context manager: entering starts a threaded server (one thread per connection, so the
     loop's concurrent requests reach the upstream concurrently), leaving stops it. Records are
     kept in memory (:meth:`calls`) and appended to ``record_path`` as JSON lines as they happen.
+
+    ``rewrite``, when given, sees each parsed JSON request body and returns ``None`` (forward it
+    unchanged) or ``(new_body, note)``: the new body is forwarded, the record keeps the body the
+    client sent and the note (so a report can say exactly what the bench changed).
     """
 
-    def __init__(self, upstream: str, record_path: Path, port: int) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        record_path: Path,
+        port: int,
+        rewrite: Callable[[Any], tuple[Any, str] | None] | None = None,
+    ) -> None:
         self.upstream = upstream.rstrip("/")
+        self.rewrite = rewrite
         self.record_path = record_path
         self.port = port
         self._lock = threading.Lock()
@@ -95,6 +108,14 @@ class RecordingProxy:
         """Send one request upstream and record it (a transport failure is a 502 record);
         returns what to send back: status, body, content type."""
         assert self._client is not None, "use RecordingProxy as a context manager"
+        request = _json_or_none(body)
+        note: str | None = None
+        changed = (
+            self.rewrite(request) if self.rewrite is not None and request is not None else None
+        )
+        if changed is not None:
+            new_body, note = changed
+            body = json.dumps(new_body, ensure_ascii=False).encode("utf-8")
         t0 = time.time()
         try:
             resp = self._client.request(method, self.upstream + path, content=body, headers=headers)
@@ -111,9 +132,10 @@ class RecordingProxy:
             status=status,
             t_start=t0,
             t_end=t1,
-            request=_json_or_none(body),
+            request=request,
             response=_json_or_none(raw) if ok else None,
             error_excerpt=None if ok else raw[:ERROR_EXCERPT].decode("utf-8", "replace"),
+            rewrite=note,
         )
         return status, raw, ctype
 

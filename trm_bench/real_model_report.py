@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -67,21 +67,110 @@ def _messages(call: WireCall) -> list[dict[str, Any]]:
     return msgs if isinstance(msgs, list) else []
 
 
-def call_role(call: WireCall, headings: Mapping[str, str]) -> str:
-    """``agent`` (a request with tools), a structured role, ``models`` or ``other``."""
-    if call.path.rstrip("/").endswith("/models"):
-        return "models"
-    req = call.request if isinstance(call.request, dict) else {}
+def request_role(request: Any, headings: Mapping[str, str]) -> str:
+    """``agent`` (a chat request with tools), a structured role (its first message starts with
+    the role's template heading) or ``other``."""
+    req = request if isinstance(request, dict) else {}
     if req.get("tools"):
         return "agent"
-    msgs = _messages(call)
-    first = msgs[0].get("content") if msgs and isinstance(msgs[0], dict) else None
+    msgs = req.get("messages")
+    first = (
+        msgs[0].get("content")
+        if isinstance(msgs, list) and msgs and isinstance(msgs[0], dict)
+        else None
+    )
     if isinstance(first, str):
         head = first.strip()
         for role, heading in headings.items():
             if head.startswith(heading):
                 return role
     return "other"
+
+
+def call_role(call: WireCall, headings: Mapping[str, str]) -> str:
+    """:func:`request_role` of a recorded call, or ``models`` for ``GET /v1/models``."""
+    if call.path.rstrip("/").endswith("/models"):
+        return "models"
+    return request_role(call.request, headings)
+
+
+# ------------------------------------------------------------------------------------------------
+# the bench's one change to the requests: schema-constrained structured replies
+
+#: Per structured role: (most items of any array, most characters of any free string). Small on
+#: purpose: a grammar-constrained token costs several times an unconstrained one on this CPU.
+OUTPUT_BOUNDS: Final[dict[str, tuple[int, int]]] = {
+    "diagnose": (2, 160),  # the bench's batch has 2 questions: at most 2 cases per call
+    "evolve_skill": (1, 160),  # the bench's edit budget is 1
+    "evolve_system": (1, 160),
+    "evolve_tool": (1, 160),
+    "momentum": (1, 300),
+}
+
+
+def bounded_schema(model: type[BaseModel], *, max_items: int, max_chars: int) -> dict[str, Any]:
+    """``model``'s JSON schema, every property required, every array 1..``max_items`` long and
+    every free string 1..``max_chars`` characters: as a llama.cpp grammar it makes the model emit
+    one complete, bounded object of the shape the loop validates (and then stop).
+
+    An edit (``$defs.Edit``) becomes two variants, ``add`` with ``anchor: null`` or
+    ``replace``/``delete`` with an anchor: a free-form anchor on ``add`` almost never matches a
+    line of the file, so the edit would never apply and no gate would ever run.
+    """
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for v in node:
+                walk(v)
+            return
+        if not isinstance(node, dict):
+            return
+        if node.get("type") == "object" and isinstance(node.get("properties"), dict):
+            node["required"] = list(node["properties"])
+        if node.get("type") == "array":
+            node.update(minItems=1, maxItems=max_items)
+        if node.get("type") == "string" and "enum" not in node:
+            node.update(minLength=1, maxLength=max_chars)
+        for v in node.values():
+            walk(v)
+
+    schema = model.model_json_schema()
+    walk(schema)
+    edit = schema.get("$defs", {}).get("Edit")
+    if edit is not None:
+        props = edit["properties"]
+        text = props["anchor"]["anyOf"][0]
+        add = {**edit, "properties": {**props, "op": {"const": "add"}, "anchor": {"type": "null"}}}
+        change = {
+            **edit,
+            "properties": {**props, "op": {"enum": ["replace", "delete"]}, "anchor": text},
+        }
+        schema["$defs"]["Edit"] = {"anyOf": [add, change]}
+    return schema
+
+
+def structured_output_rewrite(
+    headings: Mapping[str, str],
+) -> Callable[[Any], tuple[Any, str] | None]:
+    """The proxy hook that adds ``response_format: {"type": "json_object", "schema": …}`` (the
+    role's :func:`bounded_schema`) to every structured request the loop sends without one;
+    agent requests (with tools) pass unchanged."""
+    schemas = {
+        role: bounded_schema(SCHEMAS[role], max_items=n, max_chars=c)
+        for role, (n, c) in OUTPUT_BOUNDS.items()
+    }
+
+    def rewrite(body: Any) -> tuple[Any, str] | None:
+        if not isinstance(body, dict) or "response_format" in body:
+            return None
+        role = request_role(body, headings)
+        if role not in schemas:
+            return None
+        fmt = {"type": "json_object", "schema": schemas[role]}
+        note = f"response_format json_object, bounded {SCHEMAS[role].__name__} schema"
+        return {**body, "response_format": fmt}, note
+
+    return rewrite
 
 
 def is_repair(call: WireCall) -> bool:

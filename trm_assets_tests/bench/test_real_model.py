@@ -186,3 +186,30 @@ def test_server_log_summary_reads_llama_timings_and_statuses() -> None:
     assert s["prompt_tokens_evaluated"] == 400 and s["prompt_tokens_per_s"] == round(400 / 3.0, 1)
     assert s["generated_tokens"] == 20 and s["generated_tokens_per_s"] == 40.0
     assert s["http_status"] == {"200": 1, "500": 1}
+
+
+def test_structured_rewrite_constrains_only_structured_calls() -> None:
+    from trm_assets.domain.edit_schema import Edit, EditProposal
+    from trm_bench.real_model_report import bounded_schema, structured_output_rewrite
+
+    headings = template_headings(REPO / "prompts")
+    rewrite = structured_output_rewrite(headings)
+    agent = {"messages": [{"role": "system", "content": "x"}], "tools": [{"type": "function"}]}
+    assert rewrite(agent) is None
+    evolve = {"messages": [{"role": "user", "content": headings["evolve_skill"] + "\n…"}]}
+    out = rewrite(evolve)
+    assert out is not None
+    body, note = out
+    assert body["messages"] == evolve["messages"] and "EditProposal" in note
+    assert body["response_format"]["type"] == "json_object"
+    assert rewrite({**evolve, "response_format": {"type": "text"}}) is None  # the client's wins
+
+    schema = bounded_schema(EditProposal, max_items=1, max_chars=50)
+    assert schema["required"] == ["edits"]
+    assert schema["properties"]["edits"]["minItems"] == 1
+    add, change = schema["$defs"]["Edit"]["anyOf"]
+    assert add["properties"]["op"] == {"const": "add"} and add["properties"]["anchor"] == {
+        "type": "null"
+    }
+    assert change["properties"]["anchor"]["maxLength"] == 50
+    assert add["required"] == change["required"] == list(Edit.model_fields)
