@@ -26,6 +26,8 @@ from trm_assets.harness.data.config import config_to_yaml, load_config
 from trm_assets.harness.storage.workspace import init_workspace
 from trm_assets_tests.tiny import SMOKE_CONFIG, TINY
 
+from .servers import postgres  # noqa: F401  (the session's PostgreSQL cluster fixture)
+
 ROOT = Path(__file__).resolve().parents[2]
 LINEAGE = ("epochs=3",)  # 3 epochs × 2 steps (TINY's steps_per_epoch)
 SMALL = ("epochs=1", "steps_per_epoch=1")

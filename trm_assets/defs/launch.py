@@ -1,0 +1,332 @@
+"""``trm launch`` and ``trm sweep``: runs submitted to the running Dagster webserver (its GraphQL
+API, ``dagster_graphql.DagsterGraphQLClient``), so they enter the instance's run queue like a UI
+launch: one run per experiment at a time (``trm/experiment`` tag limit in ``dagster.yaml``),
+experiments in parallel. Each prints the run ids and their UI URLs.
+
+* ``trm launch --experiment NAME --epoch N`` — the epoch asset's partition ``eN`` (what is left of
+  the epoch); ``--job slow_update --epoch N``; ``--finalize``. An epoch past the configured ones is
+  refused before anything is added, naming the config key to raise.
+* ``trm sweep --name S --config A.yaml [--config B.yaml] --seeds 0,1`` — one experiment per
+  (config, seed): a workspace ``<root>/<S>/<config stem>_s<seed>`` created with that seed,
+  registered in ``$DAGSTER_HOME/experiments.yaml``; the code location is reloaded, then each
+  experiment's chain is queued: its epochs ``e0 … e<epochs-1>`` (after an early stop the rest are
+  no-ops) and ``finalize``.
+
+The CLI, the webserver and the daemon share ``DAGSTER_HOME`` (the registry and the dynamic
+partitions live there): run them on one machine, as ``make ui`` does.
+"""
+
+from __future__ import annotations
+
+import functools
+import urllib.parse
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from trm_assets.domain.errors import TrmError
+
+DEFAULT_URL = "http://127.0.0.1:3000"
+LOCATION = "trm_assets"  # workspace.yaml's location_name
+REPOSITORY = "__repository__"
+
+
+class LaunchError(TrmError):
+    """A run that could not be submitted (no webserver, unknown experiment, epoch out of range)."""
+
+
+@dataclass(frozen=True)
+class Launched:
+    experiment: str
+    job: str
+    partition: str | None
+    run_id: str
+    url: str
+
+    def line(self) -> str:
+        what = self.job + (f" [{self.partition}]" if self.partition else "")
+        return f"{self.experiment:<24} {what:<40} run {self.run_id}  {self.url}"
+
+
+@dataclass(frozen=True)
+class Submission:
+    job: str
+    partition: str | None = None
+    tags: tuple[tuple[str, str], ...] = ()
+
+
+class Launcher:
+    """Submits runs to one webserver; the partitions and registry go to ``DAGSTER_HOME``."""
+
+    def __init__(self, url: str = DEFAULT_URL) -> None:
+        from dagster_graphql import DagsterGraphQLClient
+
+        parsed = urllib.parse.urlparse(url)
+        if not parsed.hostname:
+            raise LaunchError(f"--url {url!r}: expected http://HOST:PORT (e.g. {DEFAULT_URL})")
+        self.url = url.rstrip("/")
+        # gql (under dagster_graphql) warns about its own call style on every request
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module="gql.client")
+        self.client = DagsterGraphQLClient(
+            parsed.hostname, port_number=parsed.port, use_https=parsed.scheme == "https"
+        )
+
+    def reload(self) -> None:
+        """Reload the code location so it serves experiments registered since it loaded."""
+        from dagster_graphql import DagsterGraphQLClientError, ReloadRepositoryLocationStatus
+
+        try:
+            info = self.client.reload_repository_location(LOCATION)
+        except (DagsterGraphQLClientError, OSError) as e:
+            raise self._unreachable(e) from None
+        if info.status != ReloadRepositoryLocationStatus.SUCCESS:
+            raise LaunchError(
+                f"{self.url}: reloading code location {LOCATION!r} failed: {info.message}"
+            )
+
+    def submit(self, experiment: str, submission: Submission) -> Launched:
+        from dagster_graphql import DagsterGraphQLClientError
+
+        tags = dict(submission.tags)
+        if submission.partition is not None:
+            tags["dagster/partition"] = submission.partition
+        job = f"{experiment}__{submission.job}"
+        try:
+            run_id = self.client.submit_job_execution(
+                job, repository_location_name=LOCATION, repository_name=REPOSITORY, tags=tags
+            )
+        except DagsterGraphQLClientError as e:
+            if "JobNotFound" in str(e) or "PipelineNotFound" in str(e):
+                raise LaunchError(
+                    f"{self.url}: no job {job!r} in code location {LOCATION!r}; is experiment "
+                    f"{experiment!r} registered (`trm train` / `trm sweep` do it) and does the "
+                    "webserver use the same DAGSTER_HOME?"
+                ) from None
+            raise self._unreachable(e) from None
+        except OSError as e:
+            raise self._unreachable(e) from None
+        return Launched(experiment, job, submission.partition, run_id, f"{self.url}/runs/{run_id}")
+
+    def _unreachable(self, e: Exception) -> LaunchError:
+        return LaunchError(
+            f"{self.url}: the Dagster webserver did not answer ({type(e).__name__}: "
+            f"{str(e)[:200]}); start it with `make ui` (which also runs the daemon that "
+            "dequeues runs) or pass --url"
+        )
+
+
+def epoch_chain(epochs: int) -> list[Submission]:
+    """The runs that train an experiment through the queue: each epoch, then finalize."""
+    from trm_assets.defs.ops import AFTER_STOP_TAG
+
+    skip = ((AFTER_STOP_TAG, "skip"),)
+    return [Submission("epoch", f"e{e}", skip) for e in range(epochs)] + [Submission("finalize")]
+
+
+def queue_chain(launcher: Launcher, experiment: object, instance: object) -> list[Launched]:
+    """Add the experiment's epoch partitions and submit its chain, in order."""
+    import dagster as dg
+
+    from trm_assets.defs.experiments import Experiment
+    from trm_assets.defs.partitions import ensure_partitions, epoch_key
+
+    assert isinstance(experiment, Experiment) and isinstance(instance, dg.DagsterInstance)
+    epochs = experiment.run_config().epochs
+    name = f"{experiment.name}__epochs"
+    ensure_partitions(instance, name, [epoch_key(e) for e in range(epochs)])
+    return [launcher.submit(experiment.name, s) for s in epoch_chain(epochs)]
+
+
+@dataclass(frozen=True)
+class SweepMember:
+    name: str
+    config: Path
+    seed: int
+    workspace: Path
+
+
+def sweep_members(
+    name: str, configs: Sequence[Path], seeds: Sequence[int], root: Path
+) -> list[SweepMember]:
+    """One experiment per (config, seed), named ``<name>_<config stem>_s<seed>``."""
+    import re
+
+    from trm_assets.defs.experiments import check_experiment_name
+
+    out = []
+    for cfg in configs:
+        stem = re.sub(r"[^A-Za-z0-9_]", "_", cfg.stem)
+        for seed in seeds:
+            exp_name = check_experiment_name(f"{name}_{stem}_s{seed}")
+            out.append(SweepMember(exp_name, cfg, seed, root / name / f"{stem}_s{seed}"))
+    return out
+
+
+def create_sweep(
+    members: Sequence[SweepMember], overrides: Sequence[str], dagster_home: Path
+) -> list[object]:
+    """Create (or reuse) each member's workspace with its seed and register it; returns the
+    experiments. A workspace that exists is resumed, never re-created."""
+    from trm_assets.defs.experiments import Experiment, register
+    from trm_assets.harness.data.config import config_to_yaml, load_config
+    from trm_assets.harness.storage.workspace import init_workspace
+
+    out: list[object] = []
+    for m in members:
+        extra = (*overrides, f"seed={m.seed}")
+        cfg = load_config(m.config, extra)
+        if not (m.workspace / "manifest.json").exists():
+            init_workspace(
+                m.workspace,
+                questions_ref=cfg.questions,
+                config_yaml=config_to_yaml(cfg),
+                config_fingerprint=cfg.fingerprint(),
+            )
+        exp = Experiment(
+            name=m.name,
+            workspace=str(m.workspace),
+            config_path=str(m.config),
+            overrides=extra,
+        )
+        out.append(register(dagster_home, exp))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Click commands (registered by trm_assets.cli as `trm launch` and `trm sweep`)
+
+
+def human_errors(fn: Callable[..., None]) -> Callable[..., None]:
+    """A TrmError is shown as its message (``Error: …``, exit 1), never as a traceback. (The CLI
+    package has its own decorator; the Dagster layer does not import the CLI.)"""
+
+    @functools.wraps(fn)
+    def wrapper(*args: object, **kwargs: object) -> None:
+        try:
+            fn(*args, **kwargs)
+        except TrmError as e:
+            raise click.ClickException(str(e)) from None
+
+    return wrapper
+
+
+_URL = click.option(
+    "--url", default=DEFAULT_URL, show_default=True, help="The Dagster webserver (`make ui`)."
+)
+
+
+@click.command("launch")
+@click.option("--experiment", required=True, help="Experiment name (asset key prefix).")
+@click.option("--epoch", type=click.IntRange(min=0), default=None, help="Epoch to run.")
+@click.option(
+    "--job",
+    type=click.Choice(["epoch", "slow_update"]),
+    default="epoch",
+    show_default=True,
+    help="epoch: all that is left of the epoch; slow_update: its ten functions.",
+)
+@click.option("--finalize", is_flag=True, help="Deliver best and evaluate on the test pool.")
+@_URL
+@human_errors
+def launch_cmd(experiment: str, epoch: int | None, job: str, finalize: bool, url: str) -> None:
+    """Queue one run of an experiment through the Dagster webserver; prints its id and URL."""
+    import dagster as dg
+
+    from trm_assets.defs.build import build_experiment
+    from trm_assets.defs.driver import ensure_dagster_home
+    from trm_assets.defs.experiments import load_registry
+    from trm_assets.defs.ops import epoch_bounds
+    from trm_assets.defs.partitions import ensure_partitions, epoch_key
+
+    if finalize == (epoch is not None):
+        raise click.UsageError("pass exactly one of --epoch N or --finalize")
+    home = ensure_dagster_home()
+    known = load_registry(home)
+    if experiment not in known:
+        names = ", ".join(sorted(known)) or "none"
+        raise LaunchError(
+            f"{home}/experiments.yaml: no experiment {experiment!r} (registered: {names}); "
+            "`trm train --workspace DIR` or `trm sweep` registers one"
+        )
+    exp = known[experiment]
+    launcher = Launcher(url)
+    if finalize:
+        launched = launcher.submit(exp.name, Submission("finalize"))
+    else:
+        assert epoch is not None
+        scope = build_experiment(exp).scope
+        bounds = epoch_bounds(scope, epoch)
+        if bounds is not None:
+            raise LaunchError(bounds[1])
+        with dg.DagsterInstance.get() as instance:
+            ensure_partitions(instance, scope.partitions.epochs_name, [epoch_key(epoch)])
+        launched = launcher.submit(exp.name, Submission(job, epoch_key(epoch)))
+    click.echo(
+        f"run {launched.run_id} queued ({launched.job}"
+        + (f" [{launched.partition}])" if launched.partition else ")")
+    )
+    click.echo(f"UI: {launched.url}")
+
+
+@click.command("sweep")
+@click.option("--name", required=True, help="Sweep name (prefix of its experiments).")
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A YAML config (repeat for several).",
+)
+@click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a setting.")
+@click.option(
+    "--root",
+    default=Path("workspaces"),
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the sweep's workspaces go (<root>/<name>/<config>_s<seed>).",
+)
+@click.option("--no-launch", is_flag=True, help="Create and register only; queue nothing.")
+@_URL
+@human_errors
+def sweep_cmd(
+    name: str,
+    configs: tuple[Path, ...],
+    seeds: str,
+    overrides: tuple[str, ...],
+    root: Path,
+    no_launch: bool,
+    url: str,
+) -> None:
+    """Create a sweep (configs × seeds) as experiments and queue their training in Dagster."""
+    import dagster as dg
+
+    from trm_assets.defs.driver import ensure_dagster_home
+
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{seeds!r}: expected comma-separated integers") from None
+    if not seed_list:
+        raise click.BadParameter("expected at least one seed", param_hint="--seeds")
+    home = ensure_dagster_home()
+    members = sweep_members(name, configs, seed_list, root)
+    experiments = create_sweep(members, overrides, home)
+    for m in members:
+        click.echo(f"experiment {m.name}: {m.workspace} ({m.config}, seed {m.seed})")
+    if no_launch:
+        click.echo(f"registered in {home}/experiments.yaml; nothing queued (--no-launch)")
+        return
+    launcher = Launcher(url)
+    launcher.reload()
+    with dg.DagsterInstance.get() as instance:
+        for exp in experiments:
+            for launched in queue_chain(launcher, exp, instance):
+                click.echo(launched.line())
+    click.echo(
+        f"queued; one run per experiment at a time, experiments in parallel. Runs: {url}/runs"
+    )
