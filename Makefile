@@ -25,9 +25,10 @@ test: $(STAMP)
 	$(BIN)/mypy trm_assets
 	$(BIN)/pytest -q
 
-# The Dagster UI and daemon (for the epoch sensor) on 127.0.0.1, against the project's instance.
+# The Dagster UI and daemon (the run queue, the epoch sensors) on 127.0.0.1, against the
+# project's instance; `dg dev` supersedes `dagster dev`.
 ui: $(STAMP)
-	DAGSTER_HOME=$(CURDIR)/dagster_home $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
+	DAGSTER_HOME=$(CURDIR)/dagster_home $(BIN)/dg dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check trm_assets trm_assets_tests
