@@ -103,6 +103,10 @@ def _file_digest(path: Path) -> str:
         meta = json.loads(data)
         meta.pop(META_TIME_FIELD, None)
         data = json.dumps(meta, sort_keys=True).encode()
+    elif path.name == "manifest.json":  # every workspace has its own random identity
+        manifest = json.loads(data)
+        manifest.pop("workspace_id", None)
+        data = json.dumps(manifest, sort_keys=True).encode()
     return _sha(data)
 
 
@@ -119,6 +123,8 @@ def _run_log_digest(run_db: Path) -> dict[str, str]:
             r["name"] for r in reader.query("SELECT table_name AS name FROM duckdb_tables()")
         )
         for table in tables:
+            if table == "workspace_identity":  # the workspace's own random id
+                continue
             cols = [
                 r["name"]
                 for r in reader.query(

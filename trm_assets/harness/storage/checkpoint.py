@@ -21,6 +21,7 @@ Rules:
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import warnings
@@ -218,16 +219,36 @@ def state_from_dict(data: Mapping[str, Any], source: str = "state.json") -> Trai
         raise CheckpointError(f"{source}: corrupt checkpoint ({type(e).__name__}: {e})") from None
 
 
+# One read of state.json per unit of work (issue 14): the checkpoint this process last read or
+# wrote, keyed by the file's identity (inode, size, mtime: an atomic write is a new inode); every
+# load rebuilds a fresh TrainState from a deep copy, so a unit's mutations never reach the cache.
+_STATE_CACHE: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
+
+def _file_key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
     """The checkpoint at ``path`` (None if there is none), checked against ``cfg``."""
-    if not path.exists():
+    key = _file_key(path)
+    if key is None:
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
+    cached = _STATE_CACHE.get(path.absolute())
+    if cached is not None and cached[0] == key:
+        data = copy.deepcopy(cached[1])
+    else:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise CheckpointError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
+        if not isinstance(data, dict):
+            raise CheckpointError(f"{path}: expected a JSON object")
+        _STATE_CACHE[path.absolute()] = (key, copy.deepcopy(data))
     state = state_from_dict(data, str(path))
     if state.structural_fingerprint != cfg.structural_fingerprint():
         raise CheckpointError(
@@ -250,7 +271,12 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
 def save_state(path: Path, state: TrainState, workspace: Path) -> None:
     """Checkpoint: record the workspace mark, then write ``state.json`` atomically."""
     state.workspace_mark = workspace_mark(workspace)
-    atomic_write_json(path, state_to_dict(state))
+    data = state_to_dict(state)
+    _STATE_CACHE.pop(path.absolute(), None)
+    atomic_write_json(path, data)
+    key = _file_key(path)
+    if key is not None:
+        _STATE_CACHE[path.absolute()] = (key, json.loads(json.dumps(data)))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -153,11 +153,36 @@ def manifest_path(workspace: str | Path) -> Path:
     return Path(workspace) / MANIFEST_FILE
 
 
+# One read of manifest.json per unit of work (issue 14): the manifest this process last read or
+# wrote, keyed by the file's identity (inode, size, mtime). An atomic write replaces the file (a
+# new inode), so any other writer's change — or a hand edit — is seen at the next read.
+_MANIFEST_CACHE: dict[Path, tuple[tuple[int, int, int], Manifest]] = {}
+
+
+def _file_key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def read_manifest(workspace: str | Path) -> Manifest:
     path = manifest_path(workspace)
     ws = Path(workspace)
     if ws.exists() and not ws.is_dir():
         raise WorkspaceError(f"{ws}: exists and is not a directory; a workspace is a directory")
+    key = _file_key(path)
+    cached = _MANIFEST_CACHE.get(path.absolute())
+    if key is not None and cached is not None and cached[0] == key:
+        return cached[1]
+    manifest = _read_manifest_file(path, workspace)
+    if key is not None:
+        _MANIFEST_CACHE[path.absolute()] = (key, manifest)
+    return manifest
+
+
+def _read_manifest_file(path: Path, workspace: str | Path) -> Manifest:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, NotADirectoryError):
@@ -179,7 +204,12 @@ def read_manifest(workspace: str | Path) -> Manifest:
 
 
 def write_manifest(workspace: str | Path, manifest: Manifest) -> None:
-    atomic_write_json(manifest_path(workspace), manifest.model_dump(mode="json"))
+    path = manifest_path(workspace)
+    _MANIFEST_CACHE.pop(path.absolute(), None)
+    atomic_write_json(path, manifest.model_dump(mode="json"))
+    key = _file_key(path)
+    if key is not None:
+        _MANIFEST_CACHE[path.absolute()] = (key, manifest)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -47,7 +47,10 @@ def digest(ws: Path) -> dict[str, str]:
             meta.pop("created_at")
             data = json.dumps(meta, sort_keys=True).encode()
         out[str(p.relative_to(ws))] = hashlib.sha256(data).hexdigest()
-    for name in ("manifest.json", "state.json", "ladder.json"):
+    manifest = json.loads((ws / "manifest.json").read_bytes())
+    manifest.pop("workspace_id", None)  # every workspace has its own random identity
+    out["manifest.json"] = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+    for name in ("state.json", "ladder.json"):
         out[name] = hashlib.sha256((ws / name).read_bytes()).hexdigest()
     for p in sorted((ws / "baseline_cache").glob("*.json")):
         out[str(p.relative_to(ws))] = hashlib.sha256(p.read_bytes()).hexdigest()
