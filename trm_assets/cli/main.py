@@ -25,6 +25,15 @@ from trm_assets.cli.support import LazyGroup, fail_on_trm_error
         "eval": ("trm_assets.cli.train:eval_cmd", "Evaluate a skills version."),
         "promote": ("trm_assets.cli.train:promote_cmd", "Promote a version to a seed."),
         "report": ("trm_assets.cli.train:report_cmd", "Per-epoch report."),
+        "check": ("trm_assets.cli.check:check_cmd", "Verify a workspace (store, state, run log)."),
+        "launch": (
+            "trm_assets.defs.launch:launch_cmd",
+            "Launch an experiment's epoch/slow update through Dagster (prints run id and URL).",
+        ),
+        "sweep": (
+            "trm_assets.defs.launch:sweep_cmd",
+            "Create a sweep (configs x seeds) as experiments and launch it through Dagster.",
+        ),
         "sim-serve": ("trm_assets.cli.sim:serve", "Serve the SIMULATED LLM over HTTP."),
         "sim-oracle": (
             "trm_assets.cli.sim:oracle",
