@@ -196,11 +196,6 @@ def test_lock_refuses_a_missing_workspace_or_a_file(tmp_path: Path) -> None:
         pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the lead's wiring of workspace_lock into `trm train` (cli/train.py); remove "
-    "this marker with it",
-)
 def test_trm_train_refuses_a_workspace_being_trained(ws: Path, tmp_path: Path) -> None:
     with holder_process(ws) as proc:
         res = run_cli(
