@@ -121,12 +121,10 @@ def train_cmd(
     from trm_assets.harness.data.config import load_config
     from trm_assets.harness.data.dataset import load_dataset
     from trm_assets.harness.loop.budget import estimate, format_estimate, format_tokens
-    from trm_assets.harness.loop.context import loop_context
-    from trm_assets.harness.loop.runner import current_action, train
     from trm_assets.harness.storage.checkpoint import CheckpointError
+    from trm_assets.harness.storage.lock import workspace_lock
     from trm_assets.harness.storage.pools import build_or_load_pools
     from trm_assets.harness.storage.workspace import resolve_paths
-    from trm_assets.llm.factory import build_providers
 
     extra = (f"epochs={epochs}",) if epochs is not None else ()
     cfg = load_config(config_path, (*overrides, *extra))
@@ -142,15 +140,26 @@ def train_cmd(
         click.echo(format_estimate(est))
         click.echo(format_tokens(est, _token_estimate(workspace, cfg)))
         return
-    if paths.state.exists() and not resume:
-        raise CheckpointError(
-            f"{paths.state}: this workspace already has a training state; pass --resume to "
-            "continue it, or `trm init` a new workspace to start over"
-        )
-    click.echo(f"training {workspace} with {config_path} ({label}, {cfg.epochs} epoch(s))")
-    if not no_dagster:
-        _train_through_dagster(workspace, config_path, (*overrides, *extra))
-        return
+    # one writer per workspace for the whole command (issue 18.1); the units' Dagster runs
+    # re-enter it in this process, any other process is refused naming this one
+    with workspace_lock(workspace, command="trm train"):
+        if paths.state.exists() and not resume:
+            raise CheckpointError(
+                f"{paths.state}: this workspace already has a training state; pass --resume to "
+                "continue it, or `trm init` a new workspace to start over"
+            )
+        click.echo(f"training {workspace} with {config_path} ({label}, {cfg.epochs} epoch(s))")
+        if not no_dagster:
+            _train_through_dagster(workspace, config_path, (*overrides, *extra))
+            return
+        _train_in_process(workspace, cfg, resume)
+
+
+def _train_in_process(workspace: Path, cfg: Any, resume: bool) -> None:
+    from trm_assets.harness.loop.context import loop_context
+    from trm_assets.harness.loop.runner import current_action, train
+    from trm_assets.llm.factory import build_providers
+
     with loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as ctx:
         ctx.observers = (progress_reporter(),)
         first = current_action(ctx)
@@ -209,11 +218,15 @@ def eval_cmd(
 
     from trm_assets.harness.loop.context import loop_context
     from trm_assets.harness.loop.step import evaluate
+    from trm_assets.harness.storage.lock import workspace_lock
     from trm_assets.harness.storage.runlog import RunLogReader
     from trm_assets.llm.factory import build_providers
 
     cfg = _config(workspace, config_path, overrides)
-    with loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as ctx:
+    with (
+        workspace_lock(workspace, command="trm eval"),
+        loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as ctx,
+    ):
         ctx.observers = (progress_reporter(),)
         pv = prompts_version or ctx.paths.prompts_version
         ctx.skills(version)  # a missing version fails before any rollout

@@ -17,7 +17,7 @@ from typing import Literal
 from trm_assets.domain.errors import TrmError
 from trm_assets.llm.protocol import LLMProvider
 from trm_assets.llm.providers import Providers, ProviderSpec
-from trm_assets.llm.settings import Settings
+from trm_assets.llm.settings import Settings, load_settings
 from trm_assets.llm.sim.world import SimWorld, load_world
 from trm_assets.llm.sim_config import SimConfig
 
@@ -75,7 +75,7 @@ def build_providers(spec: ProviderSpec, settings: Settings | None = None) -> Pro
         )
     from trm_assets.llm.openai_compat import OpenAICompatProvider
 
-    s = settings if settings is not None else Settings()
+    s = settings if settings is not None else load_settings()
     if not s.base_url:
         raise ProviderConfigError(
             "llm_provider is 'openai' but TRM_LLM_BASE_URL is not set; put the endpoint's API "

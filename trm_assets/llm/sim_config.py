@@ -60,7 +60,7 @@ PROFILES: Final[Mapping[str, Mapping[str, Any]]] = {
 class ProposalMix(BaseModel):
     """What the simulated evolve model proposes, as probabilities summing to 1."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     cue: float = Field(0.20, ge=0, le=1, description="an edit expressing the failing case's cue")
     neutral: float = Field(0.50, ge=0, le=1, description="a plausible edit with no effect")
@@ -81,14 +81,16 @@ class SimConfig(BaseModel):
     Fault rates may be 1.0 (every call fails) so tests and drills can force a fault.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     profile: SimProfile = Field(
         "default", description="named defaults (PROFILES); explicit keys override its values"
     )
     seed: int = Field(0, description="mixed into every hash draw of the simulator")
-    latency_ms_mean: float = Field(0.0, ge=0)
-    latency_ms_jitter: float = Field(0.0, ge=0, description="uniform ± jitter around the mean")
+    latency_ms_mean: float = Field(0.0, ge=0, le=60_000)
+    latency_ms_jitter: float = Field(
+        0.0, ge=0, le=60_000, description="uniform ± jitter around the mean"
+    )
     fault_timeout_rate: float = Field(0.0, ge=0, le=1, description="call times out (infra)")
     fault_http_5xx_rate: float = Field(0.0, ge=0, le=1, description="HTTP 500/503 (infra)")
     fault_malformed_rate: float = Field(

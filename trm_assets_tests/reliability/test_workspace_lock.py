@@ -206,3 +206,33 @@ def test_trm_train_refuses_a_workspace_being_trained(ws: Path, tmp_path: Path) -
         )
         assert res.returncode != 0 and f"pid {proc.pid}" in res.stderr, res.stderr
         assert not (ws / "state.json").exists()
+
+
+def test_a_training_process_holds_the_lock_for_its_whole_run(ws: Path, tmp_path: Path) -> None:
+    """Issue 18.1: while one `trm train` runs (between its units too), a second process cannot
+    take the workspace: the lock is held by the training command itself, not per unit."""
+    import subprocess
+    import sys
+    import time
+
+    from trm_assets.harness.storage.lock import lock_holder
+
+    env = {**child_env(), "TRM_SIM__LATENCY_MS_MEAN": "20"}
+    log = (tmp_path / "first.log").open("w")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "trm_assets.cli", "train", "--workspace", str(ws),
+         "--config", str(ws / "config.yaml"), "--no-dagster"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        holder = None
+        while holder is None and time.monotonic() < deadline and first.poll() is None:
+            holder = lock_holder(ws)
+            time.sleep(0.05)
+        assert holder is not None and holder.pid == first.pid and holder.command == "trm train"
+    finally:
+        first.kill()
+        first.wait()
+        log.close()
+    assert lock_holder(ws) is None  # a killed holder leaves the workspace lockable

@@ -79,7 +79,7 @@ class RunConfig(BaseModel):
 
     # --- loop -----------------------------------------------------------------------------------
     epochs: int = _field(3, ">= 1", ge=1)
-    steps_per_epoch: int = _field(4, ">= 1", ge=1)
+    steps_per_epoch: int = _field(4, "1..10000", ge=1, le=10000)
     patience: int = _field(2, ">= 1", ge=1)
     batch_size: int = _field(24, ">= 2", ge=2)
     min_class_per_batch: int = _field(2, ">= 1 and < batch_size", ge=1)
@@ -107,11 +107,13 @@ class RunConfig(BaseModel):
         "validation | validation+diagnosis (temperature 0: the gate also visits the type's "
         "diagnosis-pool questions outside the step's batch and case pack)",
     )
-    gate_passes: int | None = _field(None, ">= 1, or null (1; 3 for pools < 60)", ge=1)
+    gate_passes: int | None = _field(
+        None, "1..50, or null (1; 3 for pools < 60 with fresh draws)", ge=1, le=50
+    )
     gate_max_blocks: int | None = _field(None, ">= 1, or null (ceil(ladder·passes/block))", ge=1)
     gate_infra_max_rate: float = _field(0.2, "0 < x < 1", gt=0, lt=1)
     gate_infra_min_denominator: int = _field(10, ">= 10", ge=10)
-    gate_grid_k: int = _field(20, ">= 5", ge=5)
+    gate_grid_k: int = _field(20, "5..200", ge=5, le=200)
     gate_grid_max: float = _field(0.9, "0 < x < 1", gt=0, lt=1)
     run_error_policy: Literal["per_gate", "pfer", "elond"] = _field(
         "per_gate", "per_gate | pfer | elond"
@@ -120,7 +122,7 @@ class RunConfig(BaseModel):
     run_fdr_alpha: float = _field(0.10, "0 < x < 1", gt=0, lt=1)
     run_max_gates: int | None = _field(None, ">= 1, or null (epochs × steps × task types)", ge=1)
     probation_alpha_harm: float = _field(0.10, "0 < x < 1", gt=0, lt=1)
-    probation_rollback_margin: float = _field(0.0, ">= 0", ge=0)
+    probation_rollback_margin: int = _field(0, ">= 0 (an integer count of questions)", ge=0)
     probation_min_pairs: int = _field(10, ">= 1", ge=1)
 
     # --- information ladder (fidelity #6) -------------------------------------------------------

@@ -39,10 +39,11 @@ from trm_assets.harness.loop.rollouts import (
 )
 from trm_assets.harness.storage.pools import build_or_load_pools
 from trm_assets.harness.storage.runlog import RunLog
-from trm_assets.harness.storage.versions import read_version_files
+from trm_assets.harness.storage.versions import read_version_files, verify_version
 from trm_assets.harness.storage.workspace import (
     ResolvedPaths,
     WorkspaceError,
+    open_run_log,
     read_manifest,
     resolve_paths,
 )
@@ -83,7 +84,8 @@ class LoopContext:
     def log(self) -> RunLog:
         """The process's run-log writer (reopened lazily after :meth:`close_log`)."""
         if self._log is None or self._log._closed:
-            self._log = RunLog.open(self.paths.run_db)
+            # this workspace's own run log: a foreign one is refused, a lost one never re-created
+            self._log = open_run_log(self.workspace)
         return self._log
 
     def close_log(self) -> None:
@@ -127,7 +129,9 @@ class LoopContext:
         return read_version_files(self.paths.prompts_root, version)
 
     def agent_prompts(self, version: str) -> AgentPrompts:
-        return load_agent_prompts(self.paths.prompts_root / version)
+        root = self.paths.prompts_root
+        verify_version(root, version)  # the files read below match their recorded hashes
+        return load_agent_prompts(root / version)
 
     def context_hash(self, skills: Mapping[str, str]) -> str:
         """GATE §6.3 R4: everything besides the task skill and prompts version that changes the

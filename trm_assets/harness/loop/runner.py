@@ -19,6 +19,7 @@ from trm_assets.harness.loop.plan import Action, next_action, progress_of
 from trm_assets.harness.loop.slow_update import SLOW_STEPS, holdout_accuracy, report_epoch
 from trm_assets.harness.loop.step import checkpoint, initialize_training, require_action, run_step
 from trm_assets.harness.storage.checkpoint import TrainState, load_state, open_unit
+from trm_assets.harness.storage.lock import workspace_lock
 from trm_assets.harness.storage.workspace import read_best, update_current
 
 Echo = Callable[[str], None]
@@ -106,7 +107,19 @@ def train(
     echo: Echo | None = None,
     on_unit: Callable[[Action], None] | None = None,
 ) -> TrainSummary:
-    """Run units until ``done`` (or ``max_units``); resumes from whatever the state says."""
+    """Run units until ``done`` (or ``max_units``); resumes from whatever the state says,
+    holding the workspace's writer lock throughout (issue 18.1)."""
+    with workspace_lock(ctx.workspace, command="train"):
+        return _train(ctx, max_units=max_units, echo=echo, on_unit=on_unit)
+
+
+def _train(
+    ctx: LoopContext,
+    *,
+    max_units: int | None,
+    echo: Echo | None,
+    on_unit: Callable[[Action], None] | None,
+) -> TrainSummary:
     units = 0
     action = current_action(ctx)
     while action.kind != "done" and (max_units is None or units < max_units):

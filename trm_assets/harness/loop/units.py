@@ -15,6 +15,7 @@ from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.loop.context import LoopContext
 from trm_assets.harness.loop.plan import N_SLOW_STEPS, Action
 from trm_assets.harness.loop.runner import current_action, run_action
+from trm_assets.harness.storage.lock import workspace_lock
 
 UnitStatus = Literal["done", "next", "later"]
 Echo = Callable[[str], None]
@@ -61,6 +62,13 @@ def unit_key(action: Action) -> str:
 
 
 def run_unit(ctx: LoopContext, unit: Action, *, echo: Echo | None = None) -> bool:
+    """Run ``unit`` if it is next, holding the workspace's writer lock (issue 18.1) for the whole
+    unit; see :func:`_run_unit`."""
+    with workspace_lock(ctx.workspace, command=f"unit {unit_key(unit)}"):
+        return _run_unit(ctx, unit, echo=echo)
+
+
+def _run_unit(ctx: LoopContext, unit: Action, *, echo: Echo | None = None) -> bool:
     """Run ``unit`` if it is next (running ``init`` first when the unit is the very first step).
 
     Returns False when the unit had already run (idempotent re-execution), True when it ran.
@@ -93,8 +101,20 @@ def run_epoch(
     """Run every unit left of ``epoch`` (its init, steps and ten slow-update functions).
 
     Returns the number of units run (0 when the epoch was already complete). Raises
-    :class:`UnitOrderError` when an earlier epoch is not complete.
+    :class:`UnitOrderError` when an earlier epoch is not complete. Holds the workspace's writer
+    lock throughout.
     """
+    with workspace_lock(ctx.workspace, command=f"epoch e{epoch}"):
+        return _run_epoch(ctx, epoch, echo=echo, on_unit=on_unit)
+
+
+def _run_epoch(
+    ctx: LoopContext,
+    epoch: int,
+    *,
+    echo: Echo | None = None,
+    on_unit: Callable[[Action], None] | None = None,
+) -> int:
     ran = 0
     while True:
         nxt = current_action(ctx)
