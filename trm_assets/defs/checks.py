@@ -5,6 +5,7 @@ same assets, so no check stays "Not Evaluated" whichever path materialized its a
 """
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -55,7 +56,9 @@ def lineage_check_result(instance: dg.DagsterInstance, scope: Scope) -> dg.Asset
         skills, prompts = evaluated_versions(ws, str(md["val_run_id"].value))
         truth = {str(r.partition): r for r in skill_refs(ws, skills, types)}
         truth["(prompts)"] = prompt_ref(ws, prompts)
-        rows = {str(r.data["task_type"]): r.data for r in md["per_task_type"].value.records}
+        table = md["per_task_type"]
+        assert isinstance(table, dg.TableMetadataValue)
+        rows = {str(r.data["task_type"]): r.data for r in table.value.records}
         for name, ref in truth.items():
             checked += 1
             row = rows.get(name)
@@ -76,7 +79,7 @@ def lineage_check_result(instance: dg.DagsterInstance, scope: Scope) -> dg.Asset
 
 
 def _row_problem(
-    instance: dg.DagsterInstance, scope: Scope, ref: VersionRef, row: dict[str, Any]
+    instance: dg.DagsterInstance, scope: Scope, ref: VersionRef, row: Mapping[str, Any]
 ) -> str:
     if row["version"] != ref.evaluated:
         return f"row names {row['version']}, the run log says {ref.evaluated}"

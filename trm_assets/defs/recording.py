@@ -43,6 +43,7 @@ from trm_assets.harness.reports.lineage import (
     skill_refs,
     skill_version_events,
 )
+from trm_assets.harness.storage.cache_store import BaselineCacheStore
 from trm_assets.harness.storage.pools import pools_summary
 from trm_assets.harness.storage.versions import read_version_files
 from trm_assets.harness.storage.workspace import store_roots
@@ -133,7 +134,9 @@ def dv_tags(data_version: str) -> dict[str, str]:
     return {DATA_VERSION_TAG: data_version, USER_DV_TAG: "true"}
 
 
-def provenance_tags(upstream: dg.AssetKey, data_version: str, storage_id: int | None) -> dict:
+def provenance_tags(
+    upstream: dg.AssetKey, data_version: str, storage_id: int | None
+) -> dict[str, str]:
     s = upstream.to_user_string()
     return {f"{INPUT_DV}/{s}": data_version, f"{INPUT_POINTER}/{s}": str(storage_id or "NULL")}
 
@@ -221,6 +224,7 @@ class Recorder:
         yield from self._pools()
         yield from self._versions()
         yield from self._batches()
+        yield from self._baseline_caches()
 
     def _pools(self) -> Iterator[Event]:
         path = self.workspace / "pools.json"
@@ -279,6 +283,24 @@ class Recorder:
         yield dg.AssetMaterialization(
             asset_key=self.keys.batches, partition=e, metadata=batches_metadata(state)
         )
+
+    def _baseline_caches(self) -> Iterator[Event]:
+        directory = self.workspace / "baseline_cache"
+        if not directory.is_dir():
+            return
+        for t in self.partitions.task_type_keys():
+            store = BaselineCacheStore(directory, t)
+            if not store.path.is_file():
+                continue
+            md = baseline_cache_metadata(store)
+            last = _latest(self.instance, self.keys.baseline_cache, t)
+            mat = last.asset_materialization if last is not None else None
+            recorded = mat.metadata.get("entries") if mat is not None else None
+            if recorded is not None and recorded.value == md["entries"]:
+                continue
+            yield dg.AssetMaterialization(
+                asset_key=self.keys.baseline_cache, partition=t, metadata=md
+            )
 
     # -- evaluations ------------------------------------------------------------------------------
 
@@ -415,7 +437,7 @@ class References:
                 dg.TableRecord(
                     {
                         "task_type": str(ref.partition),
-                        "accuracy": float(a) if a is not None else float("nan"),
+                        "accuracy": float(a) if a is not None else None,
                         "n": int(acc.get("n") or 0),
                         **_ref_columns(ref, rec),
                     }
@@ -424,8 +446,7 @@ class References:
         pref, prec = self.prompts
         rows.append(
             dg.TableRecord(
-                {"task_type": "(prompts)", "accuracy": float("nan"), "n": 0}
-                | _ref_columns(pref, prec)
+                {"task_type": "(prompts)", "accuracy": None, "n": 0} | _ref_columns(pref, prec)
             )
         )
         return dg.MetadataValue.table(rows, schema=_REF_SCHEMA)
@@ -561,6 +582,16 @@ def pools_metadata(summary: dict[str, Any], fingerprint: str) -> dict[str, Any]:
                 ]
             ),
         ),
+    }
+
+
+def baseline_cache_metadata(store: BaselineCacheStore) -> dict[str, Any]:
+    entries = list(store.entries)
+    return {
+        "entries": len(entries),
+        "skill_hashes": len({k.skill_hash for k in entries}),
+        "questions": len({k.qid for k in entries}),
+        "path": str(store.path),
     }
 
 

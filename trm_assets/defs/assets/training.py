@@ -14,12 +14,13 @@ No ``from __future__ import annotations`` in the Dagster layer: dagster inspects
 """
 
 from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 
 from trm_assets.defs.ops import begin_epoch_op, run_unit_here, step_op
 from trm_assets.defs.partitions import epoch_step_of
-from trm_assets.defs.recording import Event, Scope
+from trm_assets.defs.recording import Event, Scope, baseline_cache_metadata
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.storage.cache_store import BaselineCacheStore
 
@@ -74,7 +75,9 @@ def step_results_asset(scope: Scope) -> dg.AssetsDefinition:
         code_version=CODE_VERSION,
         pool=scope.pool,
     )
-    def step_results(context: dg.AssetExecutionContext) -> Iterator[Event | dg.MaterializeResult]:
+    def step_results(
+        context: dg.AssetExecutionContext,
+    ) -> Iterator[Event | dg.MaterializeResult[None]]:
         """One step of one epoch: roll out the batch, diagnose, gate each skill edit (SPEC 5.3);
         its metadata lists every gate (verdict, W/L, blocks, rollouts)."""
         epoch, step = epoch_step_of(context.partition_key)
@@ -151,7 +154,9 @@ def publish_epoch_outputs_op(scope: Scope) -> dg.OpDefinition:
         },
         pool=scope.pool,
     )
-    def publish(context: dg.OpExecutionContext, unit: dict) -> Iterator[Event | dg.Output]:
+    def publish(
+        context: dg.OpExecutionContext, unit: dict[str, Any]
+    ) -> Iterator[Event | dg.Output[None]]:
         if unit["skip"]:
             return
         recorder = scope.recorder(context.instance)
@@ -174,17 +179,10 @@ def baseline_cache_asset(scope: Scope) -> dg.AssetsDefinition:
         deps=[dg.AssetDep(keys.skill_versions)],
     )
     def baseline_cache(context: dg.AssetExecutionContext) -> dg.MaterializeResult[None]:
-        """Gate baseline rollouts cached for a task type (GATE §6.3: gate draws only)."""
+        """Gate baseline rollouts cached for a task type (GATE §6.3: gate draws only); also
+        recorded by the runs whose gates add entries."""
         ws = scope.experiment.workspace_dir()
         store = BaselineCacheStore(ws / "baseline_cache", context.partition_key)
-        entries = list(store.entries)
-        return dg.MaterializeResult(
-            metadata={
-                "entries": len(entries),
-                "skill_hashes": len({k.skill_hash for k in entries}),
-                "questions": len({k.qid for k in entries}),
-                "path": str(store.path),
-            }
-        )
+        return dg.MaterializeResult(metadata=baseline_cache_metadata(store))
 
     return baseline_cache
