@@ -31,6 +31,7 @@ from trm_assets.defs.sensors import epoch_sensor
 class ExperimentDefs:
     scope: Scope
     jobs: ExperimentJobs
+    sensor: dg.SensorDefinition  # <experiment>__epoch_sensor
     definitions: dg.Definitions
 
     def bound(self, resources: Mapping[str, LLMResource] | None = None) -> dg.Definitions:
@@ -47,6 +48,7 @@ def build_experiment(experiment: Experiment) -> ExperimentDefs:
     scope = Scope(experiment, parts, LLM_RESOURCE_KEYS[cfg.llm_provider])
     slow = slow_ops(scope)  # one definition per op name: shared by the asset and the job
     jobs = experiment_jobs(scope, slow)
+    sensor = epoch_sensor(scope, jobs)
     definitions = dg.Definitions(
         assets=[
             pools_asset(scope),
@@ -57,6 +59,6 @@ def build_experiment(experiment: Experiment) -> ExperimentDefs:
         ],
         asset_checks=experiment_checks(scope),
         jobs=jobs.all(),
-        sensors=[epoch_sensor(scope, jobs)],
+        sensors=[sensor],
     )
-    return ExperimentDefs(scope, jobs, definitions)
+    return ExperimentDefs(scope, jobs, sensor, definitions)

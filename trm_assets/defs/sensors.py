@@ -3,8 +3,9 @@ time (Automation → Sensors → its toggle; off by default).
 
 The decision is the planner's (:func:`trm_assets.harness.loop.plan.next_action`, shared with
 ``trm train``); the sensor only translates it into a run request, adds the epoch/step partitions
-it needs, and refuses to launch while a run of this experiment is queued or in progress, or after
-a failed run that a human must look at. Other experiments' runs do not block it.
+it needs, and refuses to launch while a run of this experiment is queued or in progress, while
+another process holds the workspace's writer lock, or after a failed run that a human must look
+at. Other experiments' runs do not block it.
 """
 
 import json
@@ -21,6 +22,7 @@ from trm_assets.defs.partitions import epoch_key, epoch_step_key, step_key
 from trm_assets.defs.recording import Scope, run_tags
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.units import unit_key
+from trm_assets.harness.storage.lock import lock_holder
 
 IN_PROGRESS = [
     dg.DagsterRunStatus.QUEUED,
@@ -112,6 +114,12 @@ def evaluate_epoch_sensor(
         return dg.SkipReason(
             f"run {run.run_id} ({run.job_name}) of experiment {scope.name} is "
             f"{run.status.value}: one run per experiment at a time"
+        )
+    holder = lock_holder(scope.experiment.workspace_dir())
+    if holder is not None:  # e.g. `trm train` (in process, outside the queue) or `trm eval`
+        return dg.SkipReason(
+            f"workspace {scope.experiment.workspace} is in use by {holder.describe()}; one writer "
+            "per workspace: the sensor launches again once it is released"
         )
     action = planned_action(scope.experiment)
     if action.kind == "done":

@@ -11,6 +11,8 @@ import hashlib
 import itertools
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -393,9 +395,8 @@ def test_an_epoch_past_a_finalized_training_says_so(trained: Trained, tmp_path: 
 def _tick(
     exp: Experiment, instance: dg.DagsterInstance, cursor: str | None = None
 ) -> tuple[Any, Any]:
-    sensor = build_experiment(exp).definitions.sensors[0]  # type: ignore[index]
     ctx = dg.build_sensor_context(instance=instance, cursor=cursor)
-    return sensor(ctx), ctx
+    return build_experiment(exp).sensor(ctx), ctx
 
 
 def _fresh(trained: Trained, tmp_path: Path, name: str = "fresh") -> Experiment:
@@ -437,6 +438,34 @@ def test_sensor_waits_for_its_own_experiment_only(trained: Trained, tmp_path: Pa
             "NOT_STARTED" in result.skip_message and "one run per experiment" in result.skip_message
         )
         assert other.run_id not in result.skip_message
+
+
+def test_sensor_skips_while_another_process_holds_the_workspace(
+    trained: Trained, tmp_path: Path
+) -> None:
+    exp = _fresh(trained, tmp_path)
+    hold = (
+        "import sys, time; from trm_assets.harness.storage.lock import workspace_lock\n"
+        "with workspace_lock(sys.argv[1], command='trm train (test)'):\n"
+        "    print('held', flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", hold, exp.workspace], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        with dg.instance_for_test() as instance:
+            result, _ = _tick(exp, instance)
+            assert isinstance(result, dg.SkipReason)
+            msg = result.skip_message
+            assert f"pid {proc.pid}" in msg and "trm train (test)" in msg
+            assert "one writer per workspace" in msg
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    with dg.instance_for_test() as instance:
+        result, _ = _tick(exp, instance)  # released by the kernel with the process
+        assert isinstance(result, dg.SensorResult)
 
 
 def test_sensor_does_not_relaunch_after_a_failure(trained: Trained, tmp_path: Path) -> None:

@@ -84,3 +84,23 @@ def test_trm_run_reports_config_vs_data(small_dataset: Path, tmp_path: Path) -> 
     assert res.exit_code == 2
     assert "val_size: 12 must be >= eval_min_per_class × task types = 7 × 2 = 14" in res.output
     assert not (tmp_path / "w").exists()  # nothing created before the config is valid
+
+
+def test_nothing_under_defs_imports_the_code_location() -> None:
+    """definitions.py gathers; the Dagster layer never imports it (the driver builds what it runs
+    from defs/build.py)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "trm_assets" / "defs"
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            offenders += [f"{path.name}: {n}" for n in names if n == "trm_assets.definitions"]
+    assert offenders == []

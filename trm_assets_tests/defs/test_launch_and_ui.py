@@ -26,10 +26,10 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from trm_assets.defs.experiments import EXPERIMENT_TAG, Experiment, register
+from trm_assets.defs.experiments import EXPERIMENT_TAG
 from trm_assets.defs.launch import launch_cmd
 
-from .conftest import Trained, copy_experiment
+from .conftest import Trained
 from .servers import webserver
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -154,35 +154,29 @@ def test_ui_shows_exact_lineage_and_disjoint_experiments(
 
 
 def test_trm_launch_prints_run_id_and_url_and_refuses_past_the_last_epoch(
-    trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trained: Trained, ui: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = tmp_path / "home"
-    shutil.copytree(trained.home, home)
-    (home / "experiments.yaml").unlink()
-    exp = copy_experiment(trained.small, tmp_path)
-    register(home, exp)
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    with webserver(home, tmp_path) as url:
-        # the CLI journey "one more epoch": a message naming the key, nothing added
-        args = ["--experiment", exp.name, "--url", url]
-        res = CliRunner().invoke(launch_cmd, [*args, "--epoch", "1"])
-        assert res.exit_code == 1, res.output
-        assert "e1 is past the last epoch e0" in res.output and "`epochs: 1`" in res.output
-        assert "Traceback" not in res.output
-        with dg.DagsterInstance.from_config(str(home)) as instance:
-            assert "e1" not in instance.get_dynamic_partitions(f"{exp.name}__epochs")
-        # a launch prints the run id and its UI URL; the run waits in the queue (no daemon)
+    monkeypatch.setenv("DAGSTER_HOME", str(trained.home))
+    exp = trained.small  # finalized after its only epoch
+    args = ["--experiment", exp.name, "--url", ui]
+    # the CLI journey "one more epoch": a message naming the key, nothing added
+    res = CliRunner().invoke(launch_cmd, [*args, "--epoch", "1"])
+    assert res.exit_code == 1, res.output
+    assert "e1 is past the last epoch e0" in res.output and "`epochs: 1`" in res.output
+    assert "Traceback" not in res.output
+    with dg.DagsterInstance.from_config(str(trained.home)) as instance:
+        assert "e1" not in instance.get_dynamic_partitions(f"{exp.name}__epochs")
+        # a launch prints the run id and its UI URL; the run waits in the queue (no daemon here)
         res = CliRunner().invoke(launch_cmd, [*args, "--finalize"])
         assert res.exit_code == 0, res.output
         found = re.search(r"run ([0-9a-f-]{36}) queued", res.output)
         assert found is not None, res.output
-        assert f"UI: {url}/runs/{found.group(1)}" in res.output
-        with dg.DagsterInstance.from_config(str(home)) as instance:
+        try:
+            assert f"UI: {ui}/runs/{found.group(1)}" in res.output
             run = instance.get_run_by_id(found.group(1))
             assert run is not None and run.status == dg.DagsterRunStatus.QUEUED
             assert run.tags[EXPERIMENT_TAG] == exp.name
-        unknown = CliRunner().invoke(
-            launch_cmd, ["--experiment", "nope", "--finalize", "--url", url]
-        )
-        assert unknown.exit_code == 1 and "no experiment 'nope'" in unknown.output
-    assert isinstance(exp, Experiment)
+        finally:
+            instance.delete_run(found.group(1))  # the shared instance stays as trained
+    unknown = CliRunner().invoke(launch_cmd, ["--experiment", "nope", "--finalize", "--url", ui])
+    assert unknown.exit_code == 1 and "no experiment 'nope'" in unknown.output
