@@ -74,6 +74,8 @@ LLM_MAX_CONCURRENCY: Final = 2
 LLM_MAX_RETRIES: Final = 2
 TRAIN_TIMEOUT_S: Final = 40 * 60
 EVAL_TIMEOUT_S: Final = 10 * 60
+#: The server's chat format for each of the loop's tool modes (``TRM_LLM_TOOL_MODE``).
+TOOL_CHAT_FORMATS: Final = {"native": "chatml-function-calling", "text": "chatml"}
 #: The issue's bar for the whole bench on the 2-core machine, build included.
 WALL_BUDGET_S: Final = 30 * 60
 
@@ -195,7 +197,7 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # the child's own group (start_new_session)
 
 
-def bench_environment(base_url: str) -> dict[str, str]:
+def bench_environment(base_url: str, tool_mode: str = "native") -> dict[str, str]:
     """The children's environment: ours without any ``TRM_*`` variable (a stray config override
     must not change the run), plus the provider settings of the bench."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRM_")}
@@ -206,6 +208,7 @@ def bench_environment(base_url: str) -> dict[str, str]:
         TRM_LLM_TIMEOUT_S=str(LLM_TIMEOUT_S),
         TRM_LLM_MAX_CONCURRENCY=str(LLM_MAX_CONCURRENCY),
         TRM_LLM_MAX_RETRIES=str(LLM_MAX_RETRIES),
+        TRM_LLM_TOOL_MODE=tool_mode,
         PYTHONUNBUFFERED="1",
     )
     return env
@@ -271,6 +274,7 @@ def run_real_model_bench(
     port: int | None = None,
     keep_workspace: bool = False,
     constrain_json: bool = True,
+    tool_mode: str = "native",
     echo: Echo = print,
 ) -> dict[str, Any]:
     """Build/reuse the environment, train and evaluate against the real server, report.
@@ -280,7 +284,14 @@ def run_real_model_bench(
     turns into a grammar: unconstrained, SmolLM2-135M answers them in prose, so no edit is ever
     proposed and no gate runs (see docs/decision-real-model-bench.md). Agent calls are never
     changed.
+
+    ``tool_mode`` is the loop's ``TRM_LLM_TOOL_MODE``: ``native`` sends OpenAI tools to the
+    server's ``chatml-function-calling`` handler; ``text`` sends none (the loop describes the
+    tools in the system prompt and reads JSON calls from the text) to the plain ``chatml``
+    format.
     """
+    if tool_mode not in TOOL_CHAT_FORMATS:
+        raise click.BadParameter(f"tool mode {tool_mode!r}: expected one of {TOOL_CHAT_FORMATS}")
     t_start = time.perf_counter()
     load_start = os.getloadavg()
     _check_subset()
@@ -295,7 +306,7 @@ def run_real_model_bench(
     run_dir.mkdir(parents=True)
     workspace = run_dir / "workspace"
     trm_log = run_dir / "trm.log"
-    settings = ServerSettings()
+    settings = ServerSettings(chat_format=TOOL_CHAT_FORMATS[tool_mode])
     server_port = port or free_port()
     commands: dict[str, CommandRun] = {}
     with LlamaServer(env, server_port, run_dir / "server.log", settings) as server:
@@ -305,7 +316,7 @@ def run_real_model_bench(
         with RecordingProxy(
             f"http://127.0.0.1:{server_port}", run_dir / "calls.jsonl", free_port(), rewrite
         ) as proxy:
-            child_env = bench_environment(proxy.base_url)
+            child_env = bench_environment(proxy.base_url, tool_mode)
             cfg = str(CONFIG.relative_to(REPO))
             ws = str(workspace)
             steps: list[tuple[str, list[str], float]] = [
@@ -341,6 +352,7 @@ def run_real_model_bench(
             "command": "python -m llama_cpp.server " + " ".join(server.command()[3:]),
             **settings.__dict__,
             "structured_calls_schema_constrained_by_the_bench": constrain_json,
+            "tool_mode": tool_mode,
         },
         wall={
             "setup": round(env.setup_s, 1),
@@ -400,6 +412,7 @@ def _analyse(
         "server": server,
         "config": str(CONFIG.relative_to(REPO)),
         "training_path": "trm train --no-dagster (units in-process)",
+        "tool_mode": server.get("tool_mode"),
         "wall_s": wall,
         "commands": {
             k: {"returncode": c.returncode, "wall_s": round(c.wall_s, 1)}
@@ -552,6 +565,13 @@ def format_report(r: Mapping[str, Any]) -> str:
     is_flag=True,
     help="Send the structured calls as the loop makes them (no schema-constrained decoding).",
 )
+@click.option(
+    "--tool-mode",
+    type=click.Choice(sorted(TOOL_CHAT_FORMATS)),
+    default="native",
+    show_default=True,
+    help="The loop's TRM_LLM_TOOL_MODE (native: chatml-function-calling; text: chatml).",
+)
 @click.option("--write-subset", is_flag=True, help="Rewrite data/real-model/questions.json; exit.")
 def real_model(
     as_json: bool,
@@ -559,6 +579,7 @@ def real_model(
     cache_dir: Path,
     port: int | None,
     raw_json: bool,
+    tool_mode: str,
     write_subset: bool,
 ) -> None:
     """Train and evaluate against llama.cpp's OpenAI-compatible server with SmolLM2-135M."""
@@ -576,6 +597,7 @@ def real_model(
         port=port,
         keep_workspace=keep_workspace,
         constrain_json=not raw_json,
+        tool_mode=tool_mode,
         echo=progress,
     )
     click.echo(json.dumps(result, indent=1, default=str) if as_json else format_report(result))

@@ -263,7 +263,7 @@ class ServerSettings:
 
     n_ctx: int = 4096  # the longest request (evolve with its cases) is ~2,000 tokens
     n_threads: int = 2
-    chat_format: str = "chatml-function-calling"
+    chat_format: str = "chatml-function-calling"  # "chatml" for the loop's text tool mode
     model_alias: str = "smollm2-135m-instruct"
     # The server has one KV slot: two interleaved conversations of different task types differ
     # from the skill block on, so each call re-evaluated ~1,000 tokens. The RAM prompt cache

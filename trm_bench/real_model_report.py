@@ -47,6 +47,7 @@ SCHEMAS: Final[dict[str, type[BaseModel]]] = {
     "momentum": MomentumGuidance,
 }
 _REPAIR_PREFIX: Final = REPAIR_INSTRUCTION.split("{", 1)[0]
+_TEXT_TOOL_CALL: Final = re.compile(r'\{\s*"(?:tool|name)"\s*:')
 ROLLOUT_OUTCOMES: Final = (
     "answered", "no_answer", "malformed", "context_length", "infra", "aborted",
 )  # fmt: skip
@@ -68,17 +69,17 @@ def _messages(call: WireCall) -> list[dict[str, Any]]:
 
 
 def request_role(request: Any, headings: Mapping[str, str]) -> str:
-    """``agent`` (a chat request with tools), a structured role (its first message starts with
-    the role's template heading) or ``other``."""
+    """``agent`` (a chat request with tools, or — in the text tool mode, which sends none — one
+    that opens with a system message: structured calls send one user message), a structured role
+    (its first message starts with the role's template heading) or ``other``."""
     req = request if isinstance(request, dict) else {}
     if req.get("tools"):
         return "agent"
     msgs = req.get("messages")
-    first = (
-        msgs[0].get("content")
-        if isinstance(msgs, list) and msgs and isinstance(msgs[0], dict)
-        else None
-    )
+    head_msg = msgs[0] if isinstance(msgs, list) and msgs and isinstance(msgs[0], dict) else {}
+    if head_msg.get("role") == "system":
+        return "agent"
+    first = head_msg.get("content")
     if isinstance(first, str):
         head = first.strip()
         for role, heading in headings.items():
@@ -113,9 +114,12 @@ def bounded_schema(model: type[BaseModel], *, max_items: int, max_chars: int) ->
     every free string 1..``max_chars`` characters: as a llama.cpp grammar it makes the model emit
     one complete, bounded object of the shape the loop validates (and then stop).
 
-    An edit (``$defs.Edit``) becomes two variants, ``add`` with ``anchor: null`` or
-    ``replace``/``delete`` with an anchor: a free-form anchor on ``add`` almost never matches a
-    line of the file, so the edit would never apply and no gate would ever run.
+    Two cross-field rules of the loop's validators become variants, so a grammar-conforming
+    reply is also a valid one: an edit (``$defs.Edit``) is ``add`` with ``anchor: null`` or
+    ``replace``/``delete`` with an anchor (a free-form anchor on ``add`` almost never matches a
+    line of the file, so the edit would never apply and no gate would ever run); a diagnosis
+    (``$defs.Diagnosis``) targets ``skill``/``system`` with ``tool_name: null`` or ``tool`` with
+    a tool name.
     """
 
     def walk(node: Any) -> None:
@@ -146,6 +150,21 @@ def bounded_schema(model: type[BaseModel], *, max_items: int, max_chars: int) ->
             "properties": {**props, "op": {"enum": ["replace", "delete"]}, "anchor": text},
         }
         schema["$defs"]["Edit"] = {"anyOf": [add, change]}
+    diagnosis = schema.get("$defs", {}).get("Diagnosis")
+    if diagnosis is not None:
+        props = diagnosis["properties"]
+        name = props["tool_name"]["anyOf"][0]
+        not_tool = {
+            **diagnosis,
+            "properties": {
+                **props, "target": {"enum": ["skill", "system"]}, "tool_name": {"type": "null"}
+            },
+        }  # fmt: skip
+        tool = {
+            **diagnosis,
+            "properties": {**props, "target": {"const": "tool"}, "tool_name": name},
+        }
+        schema["$defs"]["Diagnosis"] = {"anyOf": [not_tool, tool]}
     return schema
 
 
@@ -237,9 +256,12 @@ def wire_summary(calls: Sequence[WireCall], headings: Mapping[str, str]) -> dict
         msg = reply_message(c)
         resp = c.response if isinstance(c.response, dict) else {}
         finish[str((resp.get("choices") or [{}])[0].get("finish_reason"))] += 1
+        text = (msg.get("content") or "").strip()
         if msg.get("tool_calls"):
             shapes["tool_calls"] += 1
-        elif (msg.get("content") or "").strip():
+        elif _TEXT_TOOL_CALL.search(text):  # the text tool mode's {"tool": NAME, ...}
+            shapes["text_tool_call"] += 1
+        elif text:
             shapes["text_only"] += 1
         else:
             shapes["empty"] += 1
