@@ -80,7 +80,8 @@ def _wanted_venv() -> dict[str, Any]:
         "llama_cpp_python": LLAMA_CPP_PYTHON_VERSION,
         "cmake_args": CMAKE_ARGS,
         "python": ".".join(map(str, sys.version_info[:3])),
-        "base_python": os.path.realpath(sys._base_executable),  # the interpreter the venv copies
+        # the interpreter the venv is made from (a venv's own python resolves to it)
+        "base_python": os.path.realpath(getattr(sys, "_base_executable", sys.executable)),
     }
 
 
