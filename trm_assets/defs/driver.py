@@ -113,8 +113,9 @@ def _failure_detail(result: dg.ExecuteInProcessResult) -> str:
 
 
 def register_in(instance: dg.DagsterInstance, experiment: Experiment) -> Experiment:
-    """Register the experiment in the instance's registry (so its code location serves it)."""
-    return register(instance.root_directory, experiment)
+    """Register the experiment in the instance's registry (so its code location serves it); a
+    directory name another workspace already uses gets a path-derived suffix."""
+    return register(instance.root_directory, experiment, rename_on_conflict=True)
 
 
 def execute_unit(

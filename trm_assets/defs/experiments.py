@@ -10,6 +10,7 @@ location serves is the instance's registry, ``$DAGSTER_HOME/experiments.yaml``, 
 No ``from __future__ import annotations`` in the Dagster layer: dagster inspects real annotations.
 """
 
+import hashlib
 import os
 import re
 import warnings
@@ -149,18 +150,32 @@ def load_registry(dagster_home: str | Path | None) -> dict[str, Experiment]:
     return out
 
 
-def register(dagster_home: str | Path, experiment: Experiment) -> Experiment:
-    """Add ``experiment`` (absolute paths) to the registry; re-registering the same workspace
-    under the same name is a no-op, another workspace under a taken name is an error."""
+def register(
+    dagster_home: str | Path, experiment: Experiment, *, rename_on_conflict: bool = False
+) -> Experiment:
+    """Add ``experiment`` (absolute paths) to the registry and return it as registered.
+
+    A workspace already registered keeps its registered name (its config entry is updated). A
+    name taken by another workspace is an error — or, with ``rename_on_conflict`` (what
+    ``trm train`` uses for names derived from the directory), the name gets a suffix derived from
+    the workspace path, so the same workspace always gets the same name.
+    """
     exp = experiment.absolute()
     known = load_registry(dagster_home)
+    same_ws = [e for e in known.values() if Path(e.workspace) == Path(exp.workspace)]
+    if same_ws and rename_on_conflict:
+        exp = exp.model_copy(update={"name": same_ws[0].name})
     old = known.get(exp.name)
     if old is not None and Path(old.workspace) != Path(exp.workspace):
-        raise ExperimentError(
-            f"{registry_path(dagster_home)}: experiment {exp.name!r} is already workspace "
-            f"{old.workspace}, not {exp.workspace}; give this workspace another name (a "
-            "different directory name, or `trm sweep --name`)"
-        )
+        if not rename_on_conflict:
+            raise ExperimentError(
+                f"{registry_path(dagster_home)}: experiment {exp.name!r} is already workspace "
+                f"{old.workspace}, not {exp.workspace}; give this workspace another name (a "
+                "different directory name, or `trm sweep --name`)"
+            )
+        digest = hashlib.sha256(exp.workspace.encode()).hexdigest()[:6]
+        exp = exp.model_copy(update={"name": f"{exp.name[:41]}_{digest}"})
+        old = known.get(exp.name)
     if old == exp:
         return exp
     known[exp.name] = exp

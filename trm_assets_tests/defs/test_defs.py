@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from trm_assets.cli import main
 from trm_assets.defs.build import build_experiment
-from trm_assets.defs.experiments import Experiment, ExperimentError, register
+from trm_assets.defs.experiments import Experiment, ExperimentError, load_registry, register
 
 
 def test_definitions_load_the_default_experiment(
@@ -45,6 +45,16 @@ def test_registry_refuses_a_taken_name(tmp_path: Path) -> None:
         register(tmp_path, Experiment(workspace=str(tmp_path / "b" / "ws")))
     with pytest.raises(ExperimentError, match="expected a letter"):
         Experiment(name="1x", workspace=str(tmp_path))
+    # `trm train`'s derived names: another workspace gets a stable suffix, the same keeps its name
+    other = register(
+        tmp_path, Experiment(workspace=str(tmp_path / "b" / "ws")), rename_on_conflict=True
+    )
+    assert other.name.startswith("ws_") and len(other.name) == len("ws_") + 6
+    again = register(
+        tmp_path, Experiment(workspace=str(tmp_path / "b" / "ws")), rename_on_conflict=True
+    )
+    assert again.name == other.name
+    assert sorted(load_registry(tmp_path)) == sorted(["ws", other.name])
 
 
 def test_pools_asset_materializes_and_is_frozen(small_dataset: Path, tmp_path: Path) -> None:
