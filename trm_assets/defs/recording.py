@@ -384,6 +384,7 @@ class Recorder:
         eval_tags = {**refs.provenance(self.keys), **dv_tags(eval_dv)}
         hold_md: dict[str, Any] = {"experiment": self.experiment.name, **sim_md(simulated)}
         rows = []
+        provenance: dict[str, str] = {}
         for label, h in s["holdout"].items():
             if h["accuracy"] is not None:
                 hold_md[f"test_accuracy/{label}"] = dg.MetadataValue.float(float(h["accuracy"]))
@@ -394,9 +395,11 @@ class Recorder:
             hold_md[f"versions/{label}"] = f"{h['skills']}/{h['prompts']}"
             label_refs = self.references(h["skills"], h["prompts"])
             rows.extend(label_refs.records(label))
+            if label == "current":  # provenance holds one version per input: the epoch's end
+                provenance = label_refs.provenance(self.keys)
         hold_md["evaluated"] = dg.MetadataValue.table(rows, schema=_LABELLED_SCHEMA)
         hold_dv = _digest({k: v for k, v in sorted(s["holdout"].items())})
-        return (eval_md, eval_tags), (hold_md, dv_tags(hold_dv))
+        return (eval_md, eval_tags), (hold_md, {**provenance, **dv_tags(hold_dv)})
 
 
 @dataclass(frozen=True)

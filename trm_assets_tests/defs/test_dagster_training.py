@@ -208,6 +208,26 @@ def test_every_epoch_eval_row_names_exactly_the_evaluated_version(trained: Train
             dv = tags[f"dagster/input_data_version/{exp.name}/skill_versions"]
             joined = "".join(files[skill_file_name(t)][:16] for t in sorted(task_types(exp)))
             assert dv == hashlib.sha256(joined.encode()).hexdigest()
+            # holdout_report: the four evaluated (skills, prompts) pairs, as state.json says
+            holdout = next(
+                h["holdout"]
+                for h in json.loads((ws / "state.json").read_text())["history"]
+                if f"e{h['epoch']}" == e
+            )
+            hold = latest(instance, key(exp, "holdout_report"), e)
+            labelled = [r.data for r in hold.metadata["evaluated"].value.records]
+            assert {r["label"] for r in labelled} == set(holdout)
+            for row in labelled:
+                pair = holdout[row["label"]]
+                if row["task_type"] == "(prompts)":
+                    assert row["version"] == pair["prompts"]
+                    truth = meta(ws, "prompts", pair["prompts"])["content_hash"][:16]
+                else:
+                    assert row["version"] == pair["skills"]
+                    truth = meta(ws, "skills", pair["skills"])["files"][row["file"]][:16]
+                assert row["content_hash"] == row["referenced_data_version"] == truth
+            prompts_dv = meta(ws, "prompts", holdout["current"]["prompts"])["content_hash"][:16]
+            assert hold.tags[f"dagster/input_data_version/{exp.name}/prompt_versions"] == prompts_dv
         # the case: an evaluated version that is no longer its partition's latest
         assert stale > 0
         check = dg.AssetCheckKey(key(exp, "epoch_eval"), "epoch_eval_lineage_exact")
