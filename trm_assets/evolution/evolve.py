@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Final
 
 from trm_assets.agent.messages import SYSTEM_PROMPT_FILE, TOOLS_DIR
 from trm_assets.domain.edit_schema import Edit, EditProposal
@@ -61,6 +62,9 @@ def load_evolve_prompts(store: PromptStore) -> EvolvePrompts:
 # Rendering
 
 
+MAX_REJECTED_SHOWN: Final = 20
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
@@ -90,7 +94,10 @@ def render_rejected(rejected: Iterable[RejectedEdit], target_file: str) -> str:
     verified-harmful ones first (issue 15: showing only REJECT_HARM let every other rejected edit
     be proposed and re-tested again — one more α-level chance each time)."""
     mine = [r for r in rejected if r.skill_file == target_file]
-    mine.sort(key=lambda r: r.tag != VERIFIED_HARMFUL)  # stable: harmful first, then in order
+    # the most recent MAX_REJECTED_SHOWN (a long run must not overflow a small model's context),
+    # verified-harmful first (stable: then in order)
+    mine = mine[-MAX_REJECTED_SHOWN:]
+    mine.sort(key=lambda r: r.tag != VERIFIED_HARMFUL)
     lines: list[str] = []
     for r in mine:
         line = do_not_line(r)

@@ -69,7 +69,9 @@ class LoopContext:
     base: str = RUN_BASE
     observers: tuple[LoopObserver, ...] = ()  # benchmarks, progress displays (observer.py)
     _log: RunLog | None = field(default=None, repr=False)
-    _recent_infra: deque[bool] = field(default_factory=lambda: deque(maxlen=20), repr=False)
+    _recent_infra: deque[tuple[int, int]] = field(
+        default_factory=lambda: deque(maxlen=20), repr=False
+    )
 
     def __post_init__(self) -> None:
         self._recent_infra = deque(maxlen=self.cfg.infra_outage_window)
@@ -133,6 +135,21 @@ class LoopContext:
         verify_version(root, version)  # the files read below match their recorded hashes
         return load_agent_prompts(root / version)
 
+    def decoding_hash(self) -> str:
+        """What besides the version pair decides a rollout's answer: provider, model,
+        temperature, max steps, skill mode (recorded on every run: runs.meta.decoding)."""
+        blob = json.dumps(
+            {
+                "provider": self.cfg.llm_provider,
+                "model": self.providers.agent.model,
+                "temperature": self.cfg.effective_agent_temperature(),
+                "max_steps": self.cfg.max_agent_steps,
+                "skill_mode": self.cfg.skill_mode,
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
     def context_hash(self, skills: Mapping[str, str]) -> str:
         """GATE §6.3 R4: everything besides the task skill and prompts version that changes the
         baseline's output distribution (model, decoding, max steps, skill mode, other skills)."""
@@ -186,36 +203,43 @@ class LoopContext:
             prompts_version=prompts_version,
             questions_ref=self.dataset.questions_ref,
             progress=self._on_rollouts if self.observers else None,
+            run_meta={"decoding": self.decoding_hash()},
         )
         for o in self.observers:
             o.on_barrier(result)
         self._check_outage(result)
         return result
 
-    def _check_outage(self, result: InferenceResult) -> None:
-        """Issue 18.3: a unit whose rollouts are mostly infra failures is not a result. The last
-        ``infra_outage_window`` rollouts of the process are watched; past ``infra_outage_rate``
-        the unit stops before its checkpoint (so it is re-run, rolled back, on resume) and
-        nothing is decided or finalized on an outage."""
-        window = self._recent_infra
-        for p in result.predictions:
-            window.append(p.failure_kind == FAILURE_INFRA)
-        cfg = self.cfg
-        n = len(window)
-        if n >= min(cfg.infra_outage_window, 10) and sum(window) / n >= cfg.infra_outage_rate:
-            errors = sorted({p.error for p in result.predictions if p.error})[:3]
-            window.clear()
-            raise InfraOutage(
-                f"{sum(1 for p in result.predictions if p.failure_kind == FAILURE_INFRA)} of "
-                f"{result.n} rollouts of run {result.run_id} failed for infrastructure reasons "
-                f"(model endpoint unreachable or failing: {'; '.join(errors) or 'no detail'}); "
-                "the unit was stopped before its checkpoint — fix the endpoint "
-                "(TRM_LLM_BASE_URL, TRM_LLM_API_KEY) and run `trm train --resume`"
-            )
-
     def _on_rollouts(self, progress: InferenceProgress) -> None:
         for o in self.observers:
             o.on_rollouts(progress)
+
+    def _check_outage(self, result: InferenceResult) -> None:
+        """Issue 18.3: a unit whose model calls are mostly infra failures is not a result. The
+        model calls of the last ``infra_outage_window`` rollouts of the process are watched (a
+        rollout that failed for infra counts its failed call); past ``infra_outage_rate`` of
+        them the unit stops before its checkpoint (so it is re-run, rolled back, on resume) and
+        nothing is decided or finalized on an outage. Occasional faults — a few percent of calls
+        timing out — stay data: the gate's own INFRA guard handles those."""
+        window = self._recent_infra
+        for p in result.predictions:
+            infra = p.failure_kind == FAILURE_INFRA
+            window.append((p.n_llm_calls + int(infra), int(infra)))
+        cfg = self.cfg
+        calls = sum(c for c, _ in window)
+        failed = sum(f for _, f in window)
+        if len(window) >= min(cfg.infra_outage_window, 10) and failed / max(calls, 1) > (
+            cfg.infra_outage_rate
+        ):
+            errors = sorted({p.error for p in result.predictions if p.error})[:3]
+            window.clear()
+            raise InfraOutage(
+                f"{failed} of the last {calls} model calls failed for infrastructure reasons "
+                f"(run {result.run_id}; model endpoint unreachable or failing: "
+                f"{'; '.join(errors) or 'no detail'}); the unit was stopped before its "
+                "checkpoint — fix the endpoint (TRM_LLM_BASE_URL, TRM_LLM_API_KEY) and run "
+                "`trm train --resume`"
+            )
 
     # -- parameters -----------------------------------------------------------------------------
 

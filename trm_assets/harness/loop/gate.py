@@ -422,12 +422,15 @@ def deterministic_baseline(ctx: LoopContext, req: GateRequest) -> dict[str, bool
         "FROM predictions p JOIN runs r ON r.run_id = p.run_id "
         "WHERE r.skills_version = ? AND r.prompts_version = ? AND p.correct IS NOT NULL "
         "AND p.stop_reason <> 'error' AND p.failure_kind IS DISTINCT FROM 'infra' "
+        "AND json_extract_string(r.meta, '$.decoding') = ? "
         "AND NOT starts_with(r.run_id, ?) GROUP BY p.question_id",
-        # not this step's own gates: a killed and resumed step must reuse exactly what an
-        # uninterrupted one reuses (the kill-anywhere property)
+        # same decoding (model, temperature, max steps, skill mode: a resume with another
+        # temperature, or a `trm eval --set ...`, must not serve its rows); not this step's own
+        # gates: a killed and resumed step must reuse exactly what an uninterrupted one reuses
         [
             req.skills_version,
             req.prompts_version,
+            ctx.decoding_hash(),
             req.gate_run_id.split(GATE_RUN_MARK)[0] + GATE_RUN_MARK,
         ],
     )

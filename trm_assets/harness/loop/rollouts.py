@@ -238,6 +238,7 @@ async def run_inference(
     flush_every: int = 256,
     flush_interval_s: float = 5.0,
     resume: bool = False,
+    run_meta: Mapping[str, Any] | None = None,
 ) -> InferenceResult:
     """Run every (question, replicate) through :class:`AgentLoop`; see the module docstring.
 
@@ -280,6 +281,7 @@ async def run_inference(
             skills_version=skills_version,
             prompts_version=prompts_version,
             questions_ref=questions_ref,
+            meta=run_meta,
             defer=True,  # written with the first rollouts: one commit, not two
         )
 
