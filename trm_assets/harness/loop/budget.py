@@ -1,5 +1,5 @@
 """``trm train --dry-run``: a pre-flight estimate of the rollouts per epoch by phase, and a
-warning when the configuration cannot reach a single gate decision.
+warning when no gate of the configuration can ever accept.
 
 Phases (rollouts of the agent; every decision's actual rollouts and tokens are accounted in the
 state's ledger during the run, see
@@ -148,9 +148,9 @@ def estimate(cfg: RunConfig, questions: tuple[Question, ...], pools: Pools) -> B
         warnings.append("the diagnosis pool is empty: no step can roll out a batch")
     if d_max and len(unreachable) == len(d_max):
         warnings.append(
-            "this configuration cannot reach a single gate decision: no task type's gate can ever "
-            f"ACCEPT (d_max per type {d_max}); raise val_size, gate_passes or gate_max_blocks, "
-            "or gate_alpha"
+            "no gate of this configuration can ever ACCEPT (gates still reject; d_max per type "
+            f"{d_max}): raise val_size, gate_passes (with fresh draws) or gate_max_blocks, or "
+            "gate_alpha"
         )
     elif unreachable:
         warnings.append(
