@@ -135,41 +135,30 @@ class LoopContext:
         verify_version(root, version)  # the files read below match their recorded hashes
         return load_agent_prompts(root / version)
 
+    def _decoding(self) -> dict[str, object]:
+        return {
+            "provider": self.cfg.llm_provider,
+            "model": self.providers.agent.model,
+            "temperature": self.cfg.effective_agent_temperature(),
+            "max_steps": self.cfg.max_agent_steps,
+            "skill_mode": self.cfg.skill_mode,
+        }
+
     def decoding_hash(self) -> str:
         """What besides the version pair decides a rollout's answer: provider, model,
         temperature, max steps, skill mode (recorded on every run: runs.meta.decoding)."""
-        blob = json.dumps(
-            {
-                "provider": self.cfg.llm_provider,
-                "model": self.providers.agent.model,
-                "temperature": self.cfg.effective_agent_temperature(),
-                "max_steps": self.cfg.max_agent_steps,
-                "skill_mode": self.cfg.skill_mode,
-            },
-            sort_keys=True,
-        )
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return _short_hash(self._decoding())
 
     def context_hash(self, skills: Mapping[str, str]) -> str:
         """GATE §6.3 R4: everything besides the task skill and prompts version that changes the
-        baseline's output distribution (model, decoding, max steps, skill mode, other skills)."""
+        baseline's output distribution (the decoding, and the other skills it reads)."""
         others = (
             {DEFAULT_SKILL_FILE: skills.get(DEFAULT_SKILL_FILE, "")}
             if self.cfg.skill_mode == "task"
             else dict(sorted(skills.items()))
         )
-        blob = json.dumps(
-            {
-                "provider": self.cfg.llm_provider,
-                "model": self.providers.agent.model,
-                "temperature": self.cfg.effective_agent_temperature(),
-                "max_steps": self.cfg.max_agent_steps,
-                "skill_mode": self.cfg.skill_mode,
-                "others": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in others.items()},
-            },
-            sort_keys=True,
-        )
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        digests = {k: hashlib.sha256(v.encode()).hexdigest() for k, v in others.items()}
+        return _short_hash({**self._decoding(), "others": digests})
 
     # -- rollouts -------------------------------------------------------------------------------
 
@@ -295,6 +284,10 @@ class LoopContext:
             skill_mode=self.cfg.skill_mode,
         )
         return sum(probs.values()) / len(probs)
+
+
+def _short_hash(value: Mapping[str, object]) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def gate_params_of(cfg: RunConfig) -> GateParams:
