@@ -17,7 +17,7 @@ import dagster as dg
 from trm_assets.defs.experiments import Experiment
 from trm_assets.llm.factory import ProviderConfigError, build_providers
 from trm_assets.llm.providers import ProviderKind, Providers, ProviderSpec
-from trm_assets.llm.settings import Settings
+from trm_assets.llm.settings import load_settings
 
 LLM_RESOURCE_KEYS: dict[ProviderKind, str] = {"sim": "llm_sim", "openai": "llm_openai"}
 
@@ -59,9 +59,8 @@ class OpenAICompatibleLLM(LLMResource):
                 f"the OpenAI-compatible LLM resource got a config with llm_provider: "
                 f"{spec.kind}; bind this experiment to {LLM_RESOURCE_KEYS[spec.kind]!r}"
             )
-        settings = Settings()
-        if self.base_url:
-            settings = settings.model_copy(update={"base_url": self.base_url})
+        # validated like the CLI's: one line per bad variable, never the key
+        settings = load_settings(**({"base_url": self.base_url} if self.base_url else {}))
         return build_providers(spec, settings)
 
 
