@@ -14,6 +14,8 @@ from trm_assets.cli import main
 from trm_assets.defs.build import build_experiment
 from trm_assets.defs.experiments import Experiment, ExperimentError, load_registry, register
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def test_definitions_load_the_default_experiment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -114,3 +116,29 @@ def test_nothing_under_defs_imports_the_code_location() -> None:
             )
             offenders += [f"{path.name}: {n}" for n in names if n == "trm_assets.definitions"]
     assert offenders == []
+
+
+def test_llm_resource_is_picked_by_the_config_and_refuses_the_other_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trm_assets.defs.resources import OpenAICompatibleLLM, SimulatedLLM
+    from trm_assets.harness.data.config import load_config
+    from trm_assets.llm.factory import ProviderConfigError
+
+    monkeypatch.setenv("TRM_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("TRM_LLM_API_KEY", "sk-test-not-shown")
+    real = ("llm_provider=openai", "agent_temperature=1.0")
+    cfg = load_config(ROOT / "data" / "configs" / "smoke.yaml", real)
+    with pytest.raises(ProviderConfigError, match="bind this experiment to 'llm_openai'"):
+        SimulatedLLM().providers(cfg.provider_spec())
+    providers = OpenAICompatibleLLM(base_url="http://127.0.0.1:8/v1").providers(cfg.provider_spec())
+    assert providers.simulated is False and providers.oracle is None
+    assert "sk-test-not-shown" not in repr(OpenAICompatibleLLM())  # the key is never config
+    exp = Experiment(
+        workspace=str(tmp_path / "real"),
+        config_path=str(ROOT / "data" / "configs" / "smoke.yaml"),
+        overrides=real,
+    )
+    assert build_experiment(exp).scope.llm_key == "llm_openai"
+    sim = exp.model_copy(update={"overrides": ()})
+    assert build_experiment(sim).scope.llm_key == "llm_sim"
