@@ -303,11 +303,22 @@ def time_launched(ws: Path, cfg_path: Path, home: Path, timeout_s: float = 300) 
     """``dagster job launch`` of gate_step e0|s0 (DefaultRunCoordinator → DefaultRunLauncher: a
     new process loads the code location and executes the run); timed until the run's SUCCESS."""
     import dagster as dg
+    import yaml
 
-    from trm_assets.defs.partitions import epochs, steps
+    from trm_assets.defs.experiments import experiment_name_for
 
+    # the shipped instance queues runs (a daemon dequeues them): time the launch itself with the
+    # DefaultRunCoordinator (the run starts at once in a new process)
+    conf = yaml.safe_load((home / "dagster.yaml").read_text(encoding="utf-8")) or {}
+    conf["run_coordinator"] = {
+        "module": "dagster.core.run_coordinator",
+        "class": "DefaultRunCoordinator",
+    }
+    (home / "dagster.yaml").write_text(yaml.safe_dump(conf), encoding="utf-8")
+    exp = experiment_name_for(ws)  # TRM_DAGSTER_WORKSPACE below adds this experiment
+    job = f"{exp}__gate_step"
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        for name, key in ((str(epochs.name), "e0"), (str(steps.name), "s0")):
+        for name, key in ((f"{exp}__epochs", "e0"), (f"{exp}__steps", "s0")):
             if not instance.has_dynamic_partition(name, key):
                 instance.add_dynamic_partitions(name, [key])
     env = dict(os.environ)
@@ -322,20 +333,20 @@ def time_launched(ws: Path, cfg_path: Path, home: Path, timeout_s: float = 300) 
     dagster_bin = Path(sys.executable).parent / "dagster"
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [str(dagster_bin), "job", "launch", "-j", "gate_step", "-w", "workspace.yaml",
+        [str(dagster_bin), "job", "launch", "-j", job, "-w", "workspace.yaml",
          "--tags", json.dumps(tags)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip
     cli_s = time.perf_counter() - t0
     if proc.returncode != 0:
         raise click.ClickException(
-            f"`dagster job launch -j gate_step` failed (exit {proc.returncode}):\n"
+            f"`dagster job launch -j {job}` failed (exit {proc.returncode}):\n"
             + proc.stderr[-2000:]
         )
     deadline = time.monotonic() + timeout_s
     with dg.DagsterInstance.from_config(str(home)) as instance:
         while True:
-            runs = instance.get_runs(dg.RunsFilter(job_name="gate_step"), limit=1)
+            runs = instance.get_runs(dg.RunsFilter(job_name=job), limit=1)
             status = runs[0].status if runs else None
             if status in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE):
                 break

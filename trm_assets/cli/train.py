@@ -186,7 +186,11 @@ def _train_through_dagster(workspace: Path, config_path: Path, overrides: tuple[
         summary = drive(trm, instance, echo=click.echo)
     click.echo(f"{summary.last.describe()}: {summary.runs} Dagster run(s)")
     click.echo(f"report: trm report --workspace {workspace}")
-    click.echo(f"UI:     make ui  (DAGSTER_HOME={home}; TRM_DAGSTER_WORKSPACE={workspace})")
+    from trm_assets.defs.experiments import experiment_name_for
+
+    click.echo(
+        f"UI:     make ui → Catalog → folder {experiment_name_for(workspace)} (DAGSTER_HOME={home})"
+    )
 
 
 # ------------------------------------------------------------------------------------------------

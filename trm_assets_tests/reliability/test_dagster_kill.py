@@ -16,8 +16,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from trm_assets.defs.build import build_experiment
 from trm_assets.defs.resources import TrmResource
-from trm_assets.defs.sensors import epoch_sensor
 from trm_assets_tests.reliability.conftest import (
     REPO,
     SMOKE_CONFIG,
@@ -60,6 +60,6 @@ def test_sensor_recovers_after_a_killed_dagster_unit(tmp_path: Path) -> None:
     with dg.DagsterInstance.from_config(str(home)) as instance:
         stuck = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
         assert stuck  # the killed unit's run
-        with dg.build_sensor_context(instance=instance, resources={"trm": trm}) as ctx:
-            result = epoch_sensor(ctx)
+        with dg.build_sensor_context(instance=instance) as ctx:
+            result = build_experiment(trm).sensor(ctx)
         assert not isinstance(result, dg.SkipReason), result.skip_message
