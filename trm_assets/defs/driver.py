@@ -45,10 +45,23 @@ class DriveSummary:
 
 
 def ensure_dagster_home() -> Path:
-    """``DAGSTER_HOME`` as set, else the project's ``dagster_home/`` (with its shipped yaml)."""
+    """``DAGSTER_HOME`` as set, else the project's ``dagster_home/`` (with its shipped yaml).
+
+    The instance's storage is created once under an exclusive lock on the home: two commands
+    started together on a fresh instance (two workspaces) otherwise race to create its SQLite
+    tables (``table snapshots already exists``, issue 18.10)."""
+    import fcntl
+
     home = Path(os.environ.get("DAGSTER_HOME") or DEFAULT_DAGSTER_HOME).resolve()
     home.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(home)
+    with open(home / ".trm-instance.lock", "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            with dg.DagsterInstance.get() as instance:  # creates (or migrates) the storage
+                instance.get_runs(limit=1)
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
     return home
 
 

@@ -75,6 +75,8 @@ def epoch_bounds(scope: Scope, epoch: int) -> tuple[str, str] | None:
     """``("past", message)`` for an epoch the config does not train, ``("stopped", message)``
     after an early stop, None when the epoch can run (or has run)."""
     exp = scope.experiment
+    if epoch < 0:
+        return ("past", f"experiment {exp.name}: e{epoch} is not an epoch (epochs count from e0)")
     cfg = exp.run_config()
     state = load_state_dict(exp.workspace_dir()) or {}
     trained = [int(h["epoch"]) for h in state.get("history", [])]

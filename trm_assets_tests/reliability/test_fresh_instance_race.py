@@ -1,0 +1,45 @@
+"""Issue 18.10: two commands started together on a fresh Dagster instance (two workspaces at
+once) raced to create its SQLite tables (``sqlite3.OperationalError: table snapshots already
+exists``). ``ensure_dagster_home`` now creates the storage once, under a lock on the home."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from trm_assets_tests.tiny import REPO
+
+CHILD = (
+    "from trm_assets.defs.driver import ensure_dagster_home\n"
+    "import dagster as dg\n"
+    "ensure_dagster_home()\n"
+    "with dg.DagsterInstance.get() as i:\n"
+    "    i.get_runs(limit=1)\n"
+    "print('ok')\n"
+)
+
+
+def test_two_processes_on_a_fresh_instance(tmp_path: Path) -> None:
+    for attempt in range(5):  # the race needs both processes in the creation window (1 in 4 before)
+        home = tmp_path / f"home{attempt}"
+        home.mkdir()
+        shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+        env = {**os.environ, "DAGSTER_HOME": str(home)}
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", CHILD],
+                env=env,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0 and out.strip() == "ok", err[-1500:]
+            assert "already exists" not in err
