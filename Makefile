@@ -20,9 +20,9 @@ run: $(STAMP)
 	$(BIN)/trm run
 
 test: $(STAMP)
-	$(BIN)/ruff check trm_assets trm_assets_tests
-	$(BIN)/ruff format --check trm_assets trm_assets_tests
-	$(BIN)/mypy trm_assets
+	$(BIN)/ruff check trm_assets trm_bench trm_assets_tests
+	$(BIN)/ruff format --check trm_assets trm_bench trm_assets_tests
+	$(BIN)/mypy trm_assets trm_bench
 	$(BIN)/pytest -q
 
 # The Dagster UI and daemon (the run queue, the epoch sensors) on 127.0.0.1, against the
@@ -31,8 +31,8 @@ ui: $(STAMP)
 	DAGSTER_HOME=$(CURDIR)/dagster_home $(BIN)/dg dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 lint: $(STAMP)
-	$(BIN)/ruff check trm_assets trm_assets_tests
-	$(BIN)/ruff format --check trm_assets trm_assets_tests
+	$(BIN)/ruff check trm_assets trm_bench trm_assets_tests
+	$(BIN)/ruff format --check trm_assets trm_bench trm_assets_tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
