@@ -104,3 +104,14 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     """Deterministic JSON (sorted keys, 2-space indent, trailing newline)."""
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def file_identity(path: Path) -> tuple[int, int, int] | None:
+    """(inode, size, mtime_ns) of ``path``, None when it cannot be stat'ed: a file written by
+    :func:`atomic_write_json` (a replace) always gets a new identity, so a per-process cache keyed
+    by it sees every write made by anyone else."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)

@@ -34,7 +34,7 @@ from trm_assets.domain.edits import RejectedEdit
 from trm_assets.domain.errors import TrmError
 from trm_assets.evolution.types import SystemCasePack, ToolCasePack, to_jsonable
 from trm_assets.harness.data.config import RunConfig
-from trm_assets.harness.storage.atomic import atomic_write_json
+from trm_assets.harness.storage.atomic import atomic_write_json, file_identity
 from trm_assets.harness.storage.versions import (
     IntegrityError,
     StoreError,
@@ -225,17 +225,9 @@ def state_from_dict(data: Mapping[str, Any], source: str = "state.json") -> Trai
 _STATE_CACHE: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
 
 
-def _file_key(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
     """The checkpoint at ``path`` (None if there is none), checked against ``cfg``."""
-    key = _file_key(path)
+    key = file_identity(path)
     if key is None:
         return None
     cached = _STATE_CACHE.get(path.absolute())
@@ -274,7 +266,7 @@ def save_state(path: Path, state: TrainState, workspace: Path) -> None:
     data = state_to_dict(state)
     _STATE_CACHE.pop(path.absolute(), None)
     atomic_write_json(path, data)
-    key = _file_key(path)
+    key = file_identity(path)
     if key is not None:
         _STATE_CACHE[path.absolute()] = (key, json.loads(json.dumps(data)))
 

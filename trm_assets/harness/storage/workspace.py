@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from trm_assets.domain.edits import resolve_skill_file
 from trm_assets.domain.errors import TrmError, describe_validation_error
-from trm_assets.harness.storage.atomic import atomic_write_json, atomic_write_text
+from trm_assets.harness.storage.atomic import atomic_write_json, atomic_write_text, file_identity
 from trm_assets.harness.storage.lock import LOCK_FILE, workspace_lock
 from trm_assets.harness.storage.runlog import MissingRunLogError, RunLog
 from trm_assets.harness.storage.versions import (
@@ -159,20 +159,12 @@ def manifest_path(workspace: str | Path) -> Path:
 _MANIFEST_CACHE: dict[Path, tuple[tuple[int, int, int], Manifest]] = {}
 
 
-def _file_key(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 def read_manifest(workspace: str | Path) -> Manifest:
     path = manifest_path(workspace)
     ws = Path(workspace)
     if ws.exists() and not ws.is_dir():
         raise WorkspaceError(f"{ws}: exists and is not a directory; a workspace is a directory")
-    key = _file_key(path)
+    key = file_identity(path)
     cached = _MANIFEST_CACHE.get(path.absolute())
     if key is not None and cached is not None and cached[0] == key:
         return cached[1]
@@ -207,7 +199,7 @@ def write_manifest(workspace: str | Path, manifest: Manifest) -> None:
     path = manifest_path(workspace)
     _MANIFEST_CACHE.pop(path.absolute(), None)
     atomic_write_json(path, manifest.model_dump(mode="json"))
-    key = _file_key(path)
+    key = file_identity(path)
     if key is not None:
         _MANIFEST_CACHE[path.absolute()] = (key, manifest)
 
