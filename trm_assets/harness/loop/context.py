@@ -160,6 +160,15 @@ class LoopContext:
         digests = {k: hashlib.sha256(v.encode()).hexdigest() for k, v in others.items()}
         return _short_hash({**self._decoding(), "others": digests})
 
+    def prompt_key(self, task_type: str, skills: Mapping[str, str], prompts_version: str) -> str:
+        """What a question of ``task_type`` reads, as one hash: its skill file, the other skills
+        it reads, the prompts version and the decoding. At temperature 0 two rollouts of a
+        question with the same key are the same answer (recorded per run: ``runs.meta``)."""
+        task = hashlib.sha256(skills.get(skill_file_name(task_type), "").encode()).hexdigest()
+        return _short_hash(
+            {"prompts": prompts_version, "task": task, "context": self.context_hash(skills)}
+        )
+
     # -- rollouts -------------------------------------------------------------------------------
 
     async def rollouts(
@@ -192,7 +201,13 @@ class LoopContext:
             prompts_version=prompts_version,
             questions_ref=self.dataset.questions_ref,
             progress=self._on_rollouts if self.observers else None,
-            run_meta={"decoding": self.decoding_hash()},
+            run_meta={
+                "decoding": self.decoding_hash(),
+                "prompt_keys": {
+                    t: self.prompt_key(t, skills, prompts_version)
+                    for t in sorted({_question(s).task_type for s in specs})
+                },
+            },
         )
         for o in self.observers:
             o.on_barrier(result)
@@ -333,3 +348,7 @@ def loop_context(
         yield ctx
     finally:
         ctx.close_log()
+
+
+def _question(spec: RolloutSpec) -> Question:
+    return spec if isinstance(spec, Question) else spec[0]

@@ -45,6 +45,7 @@ order of operations the statistics depend on.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -335,7 +336,7 @@ async def validate_candidate_skill(
         for pos in chunk:
             hit = cache.get(keys[pos], req.ladder_run_ids)
             if hit is None and pos[0] in known:
-                baseline[pos], source[pos] = known[pos[0]], "same_version"
+                baseline[pos], source[pos] = known[pos[0]], "same_prompt"
                 counters["hits"] += 1
             elif hit is None:
                 misses.append(pos)
@@ -409,32 +410,36 @@ async def validate_candidate_skill(
 
 def deterministic_baseline(ctx: LoopContext, req: GateRequest) -> dict[str, bool]:
     """At temperature 0 the baseline's outcome on a question is whatever any earlier rollout of
-    the very same (skills, prompts) version gave (step rollouts, R, seed evaluation, an earlier
-    gate's baseline): re-running it would pay for the same answer again. The uniform order makes
+    the very same prompt gave — same task skill text, same other skills it reads, same prompts
+    version, same decoding (:meth:`LoopContext.prompt_key`, recorded on every run): step
+    rollouts, R, the seed evaluation, an earlier gate's baseline, and the candidate arm of the gate
+    that accepted the text now current (also under an earlier version, when only other task types
+    changed since). Re-running it would pay for the same answer again. The uniform order makes
     reusing those outcomes valid (no selection through the order: GATE §6.3 R1 is about the
     ladder). Questions whose stored outcomes disagree (a server that is not deterministic after
     all) or that failed for infrastructure reasons are rolled out as usual. With fresh draws this
     returns nothing: every baseline draw then comes from the gate-baseline cache or a rollout."""
     if ctx.cfg.fresh_draws():
         return {}
+    key = ctx.prompt_key(req.task_type, req.baseline_skills, req.prompts_version)
     rows = ctx.log.query(
         "SELECT p.question_id AS q, bool_and(p.correct) AS c, count(DISTINCT p.correct) AS k "
         "FROM predictions p JOIN runs r ON r.run_id = p.run_id "
-        "WHERE r.skills_version = ? AND r.prompts_version = ? AND p.correct IS NOT NULL "
+        "WHERE json_extract_string(r.meta, ?) = ? AND p.correct IS NOT NULL "
         "AND p.stop_reason <> 'error' AND p.failure_kind IS DISTINCT FROM 'infra' "
-        "AND json_extract_string(r.meta, '$.decoding') = ? "
         "AND NOT starts_with(r.run_id, ?) GROUP BY p.question_id",
-        # same decoding (model, temperature, max steps, skill mode: a resume with another
-        # temperature, or a `trm eval --set ...`, must not serve its rows); not this step's own
-        # gates: a killed and resumed step must reuse exactly what an uninterrupted one reuses
+        # the key holds the decoding (model, temperature, max steps, skill mode: a resume with
+        # another temperature, or a `trm eval --set ...`, must not serve its rows); not this
+        # step's own gates: a killed and resumed step must reuse exactly what an uninterrupted
+        # one reuses
         [
-            req.skills_version,
-            req.prompts_version,
-            ctx.decoding_hash(),
+            f"$.prompt_keys.{json.dumps(req.task_type)}",
+            key,
             req.gate_run_id.split(GATE_RUN_MARK)[0] + GATE_RUN_MARK,
         ],
     )
-    return {str(r["q"]): bool(r["c"]) for r in rows if int(r["k"]) == 1}
+    wanted = {*req.pool_qids, *req.extra_qids}
+    return {str(r["q"]): bool(r["c"]) for r in rows if int(r["k"]) == 1 and r["q"] in wanted}
 
 
 def _count(counters: dict[str, int], arm: str, res: InferenceResult) -> None:

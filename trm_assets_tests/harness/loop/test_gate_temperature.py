@@ -165,3 +165,41 @@ def test_temperature_zero_baseline_reuses_same_version_outcomes(tmp_path: Path) 
         }
         out = asyncio.run(validate_candidate_skill(ctx, replace(req, extra_qids=())))
         assert out.baseline_rollouts == 0 and out.cache_hits >= out.blocks
+
+
+def test_temperature_zero_baseline_is_keyed_by_the_prompt_not_the_version(tmp_path: Path) -> None:
+    """The reuse key is what a question reads: after another task type's file changed (a new
+    version), a type whose prompt is unchanged still reuses the seed evaluation's outcomes, and
+    the candidate arm of a gate serves as the baseline of the text it tested; a text no rollout
+    has read yet reuses nothing. Every reused outcome equals a fresh rollout of that prompt."""
+    from trm_assets.harness.loop.gate import deterministic_baseline, validate_candidate_skill
+    from trm_assets.harness.loop.runner import current_action, run_action
+
+    cfg = tiny_config(*REALISTIC_T0)
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        run_action(ctx, current_action(ctx))  # init: the seed evaluation
+        tt = _biggest(ctx)
+        other = next(t for t in sorted(ctx.validation_by_type) if t != tt)
+        req = _request(ctx, tt)
+        # another type's file changed: a different version, the same prompt for ``tt``
+        edited = {**req.baseline_skills, skill_file_name(other): "- Look twice.\n"}
+        moved = replace(req, baseline_skills=edited, skills_version="v_not_recorded")
+        assert deterministic_baseline(ctx, moved) == deterministic_baseline(ctx, req)
+        assert set(req.pool_qids) <= set(deterministic_baseline(ctx, moved))
+        # the candidate text has never been read: nothing known for it yet
+        as_base = {**req.baseline_skills, req.skill_file: req.candidate_text}
+        cand_req = replace(req, baseline_skills=as_base, gate_run_id="t_e0_s2_gate_y")
+        assert deterministic_baseline(ctx, cand_req) == {}
+        out = asyncio.run(validate_candidate_skill(ctx, replace(req, extra_qids=())))
+        seen = {q for q, c in out.candidate_correctness.items() if c is not None}
+        assert seen
+        known = deterministic_baseline(ctx, cand_req)  # the candidate arm, now on record
+        assert set(known) == seen
+        qs = [ctx.questions[q] for q in sorted(seen)]
+        fresh = asyncio.run(
+            ctx.rollouts(
+                "t_fresh", qs, as_base, req.prompts_version, kind="x", skills_version=None,
+            )
+        )  # fmt: skip
+        assert {p.question_id: p.correct for p in fresh.predictions} == known
