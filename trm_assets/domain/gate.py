@@ -94,6 +94,11 @@ class GateParams:
     block: int = 10
     infra_max_rate: float = 0.2
     infra_min_denominator: int = 10
+    # Stochastic curtailment (issue 15 C): REJECT_FUTILE once the chance of accepting by the end
+    # of the plan, were the candidate as good as the design alternative (win share
+    # ``(1 + lambda0) / 2`` among discordant pairs), is below this. 0 = only the "unreachable"
+    # rule. A futility stop only ever rejects, so it cannot raise the false-accept rate.
+    futility_power: float = 0.0
     # GATE §5 refinement: flag (never abort) a candidate whose own infra rate is high while the
     # baseline arm is quiet; the flag goes to the audit row as ``candidate_infra_suspect``.
     candidate_suspect_rate: float = 0.15
@@ -125,6 +130,8 @@ class GateParams:
             problems.append(f"block must be >= 1, got {self.block}")
         if not 0.0 < self.infra_max_rate < 1.0:
             problems.append(f"infra_max_rate must be in (0, 1), got {self.infra_max_rate}")
+        if not 0.0 <= self.futility_power < 1.0:
+            problems.append(f"futility_power must be in [0, 1), got {self.futility_power}")
         if self.infra_min_denominator < 10:
             problems.append(
                 f"infra_min_denominator must be >= 10, got {self.infra_min_denominator}"
@@ -151,6 +158,7 @@ class GateParams:
             "block": self.block,
             "infra_max_rate": self.infra_max_rate,
             "infra_min_denominator": self.infra_min_denominator,
+            **({"futility_power": self.futility_power} if self.futility_power else {}),
         }
 
 
@@ -462,6 +470,54 @@ def new_gate_state(d_max: int, params: GateParams) -> GateState:
     return GateState(d_max=d_max, log_thr_horizon=thr)
 
 
+def _binom_pmf(n: int, p: float) -> list[float]:
+    if p <= 0.0 or p >= 1.0:
+        return [float(k == (n if p >= 1.0 else 0)) for k in range(n + 1)]
+    lp, lq = math.log(p), math.log1p(-p)
+    return [
+        math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lp
+                 + (n - k) * lq)
+        for k in range(n + 1)
+    ]  # fmt: skip
+
+
+def conditional_power(
+    wins: int, losses: int, pairs: int, remaining: int, params: GateParams, log_thr: float
+) -> float:
+    """P(the gate accepts at the end of its plan | the evidence so far), were the candidate as
+    good as the design alternative: each remaining position is a discordant pair with the
+    discordance observed so far (a uniform prior: ``(W + L + 1) / (pairs + 2)``), won with
+    probability ``(1 + lambda0) / 2``. Only the end of the plan is counted (the e-process may
+    cross earlier), so this is a lower bound of the chance the rule forgoes: a futility stop
+    based on it is conservative for power and, being a rejection, free for the error rate."""
+    if remaining <= 0:
+        return 0.0
+    d_hat = (wins + losses + 1) / (pairs + 2)
+    p1 = (1.0 + params.lambda0) / 2.0
+    k, gmax = params.grid_k, params.grid_max
+
+    def accepts(w: int, los: int) -> bool:
+        if log_mixture_e(w, los, k, gmax) >= log_thr:
+            return True
+        return params.mode == "hybrid" and sign_test_p(w, los) <= params.alpha_final
+
+    total = 0.0
+    for d, pd in enumerate(_binom_pmf(remaining, d_hat)):
+        if pd < 1e-12:
+            continue
+        # the accept region is monotone in the future wins: find the least that accepts
+        lo, hi = 0, d + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if accepts(wins + mid, losses + d - mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo <= d:
+            total += pd * sum(_binom_pmf(d, p1)[lo:])
+    return total
+
+
 def _accept_threshold(state: GateState, params: GateParams) -> float:
     if params.mode == "anytime":
         return math.log(1.0 / params.alpha)
@@ -542,7 +598,10 @@ def gate_decision(state: GateState, block: PairResult, params: GateParams) -> Ga
         verdict = Verdict.REJECT_DIR
     elif last:
         verdict = Verdict.REJECT_BUDGET
-    elif not reachable:
+    elif not reachable or (
+        params.futility_power > 0.0
+        and conditional_power(w, los, state.pairs, rem, params, threshold) < params.futility_power
+    ):
         verdict = Verdict.REJECT_FUTILE
     else:
         verdict = Verdict.CONTINUE

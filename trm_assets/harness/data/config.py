@@ -102,6 +102,13 @@ class RunConfig(BaseModel):
     gate_lambda0: float = _field(0.4, "0 < λ₀ < 1", gt=0, lt=1)
     gate_lambda_dir: float = _field(math.log(0.1), "< 0")
     gate_block: int = _field(10, ">= 1", ge=1)
+    gate_futility_power: float = _field(
+        0.0,
+        "0 <= x < 1: REJECT_FUTILE once the chance of accepting by the plan's end under the "
+        "design alternative is below this (0: only when unreachable)",
+        ge=0,
+        lt=1,
+    )
     gate_pool: Literal["validation", "validation+diagnosis"] = _field(
         "validation",
         "validation | validation+diagnosis (temperature 0: the gate also visits the type's "

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any, Final
 
 from trm_assets.agent.messages import AgentPrompts, load_agent_prompts
 from trm_assets.agent.tools import Toolbox
@@ -169,6 +170,47 @@ class LoopContext:
             {"prompts": prompts_version, "task": task, "context": self.context_hash(skills)}
         )
 
+    def known_outcomes(
+        self, run_id: str, specs: Sequence[RolloutSpec], skills: Mapping[str, str],
+        prompts_version: str,
+    ) -> dict[str, dict[str, Any]]:  # fmt: skip
+        """At temperature 0, the completed rows of earlier runs in which a question read the very
+        prompt it would read now (:meth:`prompt_key`): question id → the first such row by run id
+        (deterministic, so a resumed unit reuses what an uninterrupted one reuses). A question
+        whose stored outcomes disagree (a server that is not deterministic after all), or that
+        only failed for infrastructure reasons, is not served. With fresh draws: nothing."""
+        if self.cfg.fresh_draws():
+            return {}
+        wanted: dict[str, set[str]] = {}
+        for spec in specs:
+            q = _question(spec)
+            wanted.setdefault(q.task_type, set()).add(q.question_id)
+        out: dict[str, dict[str, Any]] = {}
+        for task_type, qids in sorted(wanted.items()):
+            rows = self.log.query(
+                "SELECT p.* FROM predictions p JOIN runs r ON r.run_id = p.run_id "
+                "WHERE json_extract_string(r.meta, ?) = ? AND p.task_type = ? AND p.run_id <> ? "
+                "AND p.correct IS NOT NULL AND p.stop_reason <> 'error' "
+                "AND p.failure_kind IS DISTINCT FROM 'infra' "
+                "ORDER BY p.run_id, p.replicate",
+                [
+                    f"$.prompt_keys.{json.dumps(task_type)}",
+                    self.prompt_key(task_type, skills, prompts_version),
+                    task_type,
+                    run_id,
+                ],
+            )
+            seen: dict[str, set[bool]] = {}
+            for r in rows:
+                qid = str(r["question_id"])
+                if qid in qids:
+                    seen.setdefault(qid, set()).add(bool(r["correct"]))
+                    out.setdefault(qid, dict(r))
+            for qid, values in seen.items():
+                if len(values) > 1:
+                    del out[qid]
+        return out
+
     # -- rollouts -------------------------------------------------------------------------------
 
     async def rollouts(
@@ -184,6 +226,11 @@ class LoopContext:
         """Every agent rollout of the loop goes through here: one binding of the rollout
         parameters (model, tools, run log, concurrency, max steps, skill mode, temperature)."""
         cfg = self.cfg
+        reuse = (
+            self.known_outcomes(run_id, specs, skills, prompts_version)
+            if kind in REUSE_KINDS or kind.startswith("eval_")
+            else {}
+        )
         result = await run_inference(
             specs,
             llm=self.providers.agent,
@@ -201,6 +248,7 @@ class LoopContext:
             prompts_version=prompts_version,
             questions_ref=self.dataset.questions_ref,
             progress=self._on_rollouts if self.observers else None,
+            reuse=reuse,
             run_meta={
                 "decoding": self.decoding_hash(),
                 "prompt_keys": {
@@ -319,6 +367,7 @@ def gate_params_of(cfg: RunConfig) -> GateParams:
         block=cfg.gate_block,
         infra_max_rate=cfg.gate_infra_max_rate,
         infra_min_denominator=cfg.gate_infra_min_denominator,
+        futility_power=cfg.gate_futility_power,
     )
 
 
@@ -348,6 +397,12 @@ def loop_context(
         yield ctx
     finally:
         ctx.close_log()
+
+
+#: Evaluation runs whose consumers read outcomes only (not traces): at temperature 0 their
+#: questions are served from earlier rollouts of the same prompt (step batches feed diagnosis
+#: traces and gates have their own reuse, so neither is served here).
+REUSE_KINDS: Final = frozenset({"seed_eval", "slow_R", "slow_R2", "holdout"})
 
 
 def _question(spec: RolloutSpec) -> Question:

@@ -48,8 +48,8 @@ import json
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
 
 from trm_assets.agent.loop import STOP_ERROR, AgentLoop, AgentOutcome, rollout_seed
 from trm_assets.agent.messages import SKILL_MODES, AgentPrompts, SkillMode, active_skill_files
@@ -58,6 +58,7 @@ from trm_assets.domain.question import Question
 from trm_assets.harness.storage.runlog import (
     FLAG_ANCHOR,
     FLAG_FRAME_HEALTH,
+    FLAG_REUSE,
     FLAG_VALIDATION,
     RunLog,
 )
@@ -92,6 +93,7 @@ class Prediction:
     latency_s: float = 0.0
     llm_latency_s: float = 0.0
     resumed: bool = False
+    reused: bool = False  # served from an earlier rollout of the same prompt (temperature 0)
 
     @property
     def outcome(self) -> bool | None:
@@ -124,6 +126,11 @@ class InferenceResult:
     @property
     def n(self) -> int:
         return len(self.predictions)
+
+    @property
+    def n_reused(self) -> int:
+        """Rollouts served from an earlier rollout of the same prompt (no model call)."""
+        return sum(1 for p in self.predictions if p.reused)
 
     @property
     def n_correct(self) -> int:
@@ -239,6 +246,7 @@ async def run_inference(
     flush_interval_s: float = 5.0,
     resume: bool = False,
     run_meta: Mapping[str, Any] | None = None,
+    reuse: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> InferenceResult:
     """Run every (question, replicate) through :class:`AgentLoop`; see the module docstring.
 
@@ -253,6 +261,11 @@ async def run_inference(
     (``Prediction.resumed``), so the result always equals what the log holds. Without it, a
     completed rollout run again keeps its *first* stored row (inserts are idempotent) while the
     result reports the new attempt: use a new run id or replicate for fresh samples.
+
+    ``reuse`` (temperature 0 only; question id → a completed row of an earlier run whose prompt
+    was the same, :meth:`~trm_assets.harness.loop.context.LoopContext.known_outcomes`): those
+    questions are not rolled out; the stored outcome is recorded under this run with no model
+    call and no tokens, flagged ``reuse/same_prompt`` with the source run (``Prediction.reused``).
     """
     if not isinstance(run_id, str) or not run_id.strip():
         raise ValueError(f"run_id is required (a non-empty string), got {run_id!r}")
@@ -362,6 +375,18 @@ async def run_inference(
 
     done_rows = _completed_rows(log, run_id) if resume and log is not None else {}
     for i, (q, rep) in enumerate(rollouts):
+        source = reuse.get(q.question_id) if reuse and log is not None else None
+        if source is not None:
+            row = _reused_row(source, run_id, q, rep, llm.model)
+            results[i] = pred = replace(_prediction(row, None), reused=True)
+            assert log is not None
+            log.add_rollout(
+                row, (), [{"kind": FLAG_REUSE, "name": "same_prompt",
+                           "detail": {"from_run": source["run_id"]}}],
+            )  # fmt: skip
+            counters["done"] += 1
+            counters["correct"] += int(bool(pred.correct))
+            continue
         stored = done_rows.get((q.question_id, rep))
         if stored is not None:
             results[i] = pred = _stored_prediction(stored, q)
@@ -451,6 +476,40 @@ def _prediction(row: Mapping[str, Any], o: AgentOutcome | None) -> Prediction:
         latency_s=float(row.get("latency_s") or 0.0),
         llm_latency_s=sum(s.latency_s for s in o.steps if s.role == "assistant") if o else 0.0,
     )
+
+
+#: the outcome columns a reused row copies from its source (no usage: nothing was called)
+REUSED_COLUMNS: Final = (
+    "stop_reason", "predicted", "correct", "failure_kind", "error", "n_tool_calls",
+    "n_tool_errors", "skill_files", "evidence", "final_text",
+)  # fmt: skip
+
+
+def _reused_row(
+    source: Mapping[str, Any], run_id: str, q: Question, rep: int, model: str
+) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "run_id": run_id,
+        "question_id": q.question_id,
+        "replicate": rep,
+        "video_id": q.tree_key,
+        "task_type": q.task_type,
+        "duration": q.duration,
+        "truth": q.answer,
+        "seed": rollout_seed(run_id, q.question_id, rep),
+        "model": model,
+        "n_llm_calls": 0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "latency_s": 0.0,
+    }
+    for col in REUSED_COLUMNS:
+        if col in source:
+            value = source[col]
+            if col in ("skill_files", "evidence") and isinstance(value, str):
+                value = json.loads(value)
+            row[col] = value
+    return row
 
 
 def _completed_rows(log: RunLog, run_id: str) -> dict[tuple[str, int], dict[str, Any]]:

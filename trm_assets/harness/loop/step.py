@@ -132,7 +132,7 @@ def charge_inference(state: TrainState, scope: str, phase: str, res: InferenceRe
     state.charge(
         scope,
         phase,
-        rollouts=res.n,
+        rollouts=res.n - res.n_reused,  # a reused outcome (temperature 0) called no model
         prompt_tokens=res.usage.prompt_tokens,
         completion_tokens=res.usage.completion_tokens,
         llm_calls=sum(p.n_llm_calls for p in res.predictions),

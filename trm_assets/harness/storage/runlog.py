@@ -48,6 +48,7 @@ SCHEMA_VERSION = 1
 FLAG_VALIDATION = "validation"  # answer-format problems (free-text answer, no letter, bad letter)
 FLAG_ANCHOR = "anchor"  # evidence anchoring (answered without looking at any node)
 FLAG_FRAME_HEALTH = "frame_health"  # inspect_frames fell back to stored captions / VLM trouble
+FLAG_REUSE = "reuse"  # a temperature-0 outcome served from an earlier rollout of the same prompt
 FLAG_KINDS: tuple[str, ...] = (FLAG_VALIDATION, FLAG_ANCHOR, FLAG_FRAME_HEALTH)
 
 RUN_COLUMNS: tuple[str, ...] = (

@@ -203,3 +203,39 @@ def test_temperature_zero_baseline_is_keyed_by_the_prompt_not_the_version(tmp_pa
             )
         )  # fmt: skip
         assert {p.question_id: p.correct for p in fresh.predictions} == known
+
+
+def test_temperature_zero_evaluations_reuse_the_same_prompt_and_charge_nothing(
+    tmp_path: Path,
+) -> None:
+    """An evaluation (R, R2, held-out, `trm eval`) at temperature 0 serves every question whose
+    prompt was already rolled out: no model call, no rollout charged, the outcome recorded under
+    the new run (flagged) and equal to a fresh rollout's. With fresh draws nothing is reused."""
+    from trm_assets.harness.loop.runner import current_action, run_action
+    from trm_assets.harness.loop.step import evaluate
+
+    for temperature, expect_reuse in (("agent_temperature=0", True), ("agent_temperature=1.0", False)):
+        cfg = tiny_config(*REALISTIC_T0, temperature)
+        ws = new_workspace(tmp_path / f"ws{expect_reuse}", cfg)
+        with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+            run_action(ctx, current_action(ctx))  # init: the seed evaluation
+            sv, pv = ctx.paths.skills_version, ctx.paths.prompts_version
+            qs = ctx.pool_questions("validation")
+            res = asyncio.run(evaluate(ctx, "t_R", sv, pv, qs, "slow_R"))
+            if not expect_reuse:
+                assert res.n_reused == 0 and res.usage.prompt_tokens > 0
+                continue
+            assert res.n_reused == res.n == len(qs) and res.usage.prompt_tokens == 0
+            fresh = asyncio.run(evaluate(ctx, "t_fresh", sv, pv, qs, "x"))
+            assert fresh.n_reused == 0
+            got = {p.question_id: p.correct for p in res.predictions}
+            assert got == {p.question_id: p.correct for p in fresh.predictions}
+            logged = ctx.log.query(
+                "SELECT count(*) AS n, sum(n_llm_calls) AS calls FROM predictions "
+                "WHERE run_id = 't_R'"
+            )[0]
+            assert (logged["n"], logged["calls"]) == (len(qs), 0)
+            flags = ctx.log.query(
+                "SELECT count(*) AS n FROM flags WHERE run_id = 't_R' AND kind = 'reuse'"
+            )[0]
+            assert flags["n"] == len(qs)
