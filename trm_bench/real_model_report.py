@@ -335,11 +335,16 @@ def rollout_summary(predictions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     correct = sum(1 for r in predictions if r.get("correct") is True)
     scored = sum(1 for r in predictions if r.get("correct") is not None)
     n = len(predictions)
+    # temperature 0: an evaluation question whose prompt was already rolled out is served from
+    # that rollout (no model call); per-rollout figures are over the rollouts that ran
+    reused = sum(1 for r in predictions if r.get("reused"))
+    ran = n - reused
     calls = sum(int(r.get("n_llm_calls") or 0) for r in predictions)
     pt = sum(int(r.get("prompt_tokens") or 0) for r in predictions)
     ct = sum(int(r.get("completion_tokens") or 0) for r in predictions)
     return {
         "total": n,
+        "reused": reused,
         **{k: counts.get(k, 0) for k in ROLLOUT_OUTCOMES},
         "correct": correct,
         "accuracy": round(correct / scored, 3) if scored else None,
@@ -349,10 +354,10 @@ def rollout_summary(predictions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ),
         "by_run_kind": dict(sorted(by_kind.items())),
         "model_calls": calls,
-        "calls_per_rollout": round(calls / n, 2) if n else None,
+        "calls_per_rollout": round(calls / ran, 2) if ran else None,
         "prompt_tokens": pt,
         "completion_tokens": ct,
-        "tokens_per_rollout": round((pt + ct) / n) if n else None,
+        "tokens_per_rollout": round((pt + ct) / ran) if ran else None,
     }
 
 
@@ -365,7 +370,9 @@ def read_run_log(run_db: Path) -> dict[str, list[dict[str, Any]]]:
         preds = reader.query(
             "SELECT p.run_id, r.kind, p.question_id, p.task_type, p.predicted, p.correct, "
             "p.stop_reason, p.failure_kind, p.error, p.n_llm_calls, p.n_tool_calls, "
-            "p.n_tool_errors, p.prompt_tokens, p.completion_tokens, p.latency_s "
+            "p.n_tool_errors, p.prompt_tokens, p.completion_tokens, p.latency_s, "
+            "EXISTS (SELECT 1 FROM flags f WHERE f.run_id = p.run_id AND f.question_id = "
+            "p.question_id AND f.replicate = p.replicate AND f.kind = 'reuse') AS reused "
             "FROM predictions p JOIN runs r USING (run_id) ORDER BY p.run_id, p.question_id"
         )
         steps = (
