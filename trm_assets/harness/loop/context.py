@@ -248,6 +248,7 @@ class LoopContext:
             prompts_version=prompts_version,
             questions_ref=self.dataset.questions_ref,
             progress=self._on_rollouts if self.observers else None,
+            heartbeat_s=HEARTBEAT_S,
             reuse=reuse,
             run_meta={
                 "decoding": self.decoding_hash(),
@@ -398,6 +399,10 @@ def loop_context(
     finally:
         ctx.close_log()
 
+
+#: How often a running barrier reports to the observers even when no rollout finished (their
+#: own cadence decides what is shown: ``TRM_PROGRESS_EVERY_S``).
+HEARTBEAT_S: Final = 1.0
 
 #: Evaluation runs whose consumers read outcomes only (not traces): at temperature 0 their
 #: questions are served from earlier rollouts of the same prompt (step batches feed diagnosis

@@ -247,6 +247,7 @@ async def run_inference(
     resume: bool = False,
     run_meta: Mapping[str, Any] | None = None,
     reuse: Mapping[str, Mapping[str, Any]] | None = None,
+    heartbeat_s: float | None = None,
 ) -> InferenceResult:
     """Run every (question, replicate) through :class:`AgentLoop`; see the module docstring.
 
@@ -266,6 +267,10 @@ async def run_inference(
     was the same, :meth:`~trm_assets.harness.loop.context.LoopContext.known_outcomes`): those
     questions are not rolled out; the stored outcome is recorded under this run with no model
     call and no tokens, flagged ``reuse/same_prompt`` with the source run (``Prediction.reused``).
+
+    ``heartbeat_s``: also call ``progress`` every that many seconds while rollouts are running,
+    whether or not one finished (a slow real model takes minutes per rollout: the reporter's
+    cadence must not depend on completions).
     """
     if not isinstance(run_id, str) or not run_id.strip():
         raise ValueError(f"run_id is required (a non-empty string), got {run_id!r}")
@@ -314,6 +319,18 @@ async def run_inference(
             last_flush[0] = now
             flushing.append(asyncio.ensure_future(asyncio.to_thread(log.flush)))
 
+    def snapshot() -> InferenceProgress:
+        return InferenceProgress(
+            run_id,
+            counters["done"],
+            len(rollouts),
+            counters["correct"],
+            counters["infra"],
+            time.perf_counter() - t_start,
+            counters["calls"],
+            counters["tokens"],
+        )
+
     async def one(i: int, q: Question, rep: int) -> None:
         seed = rollout_seed(run_id, q.question_id, rep)
         row: dict[str, Any] = {
@@ -359,18 +376,7 @@ async def run_inference(
             counters["calls"] += pred.n_llm_calls
             counters["tokens"] += pred.usage.prompt_tokens + pred.usage.completion_tokens
             if progress is not None:
-                progress(
-                    InferenceProgress(
-                        run_id,
-                        counters["done"],
-                        len(rollouts),
-                        counters["correct"],
-                        counters["infra"],
-                        time.perf_counter() - t_start,
-                        counters["calls"],
-                        counters["tokens"],
-                    )
-                )
+                progress(snapshot())
         maybe_flush()
 
     done_rows = _completed_rows(log, run_id) if resume and log is not None else {}
@@ -398,6 +404,17 @@ async def run_inference(
         for i, (q, rep) in enumerate(rollouts)
         if results[i] is None
     ]
+
+    async def heartbeat(every: float, report: Callable[[InferenceProgress], None]) -> None:
+        while True:
+            await asyncio.sleep(every)
+            report(snapshot())
+
+    beat = (
+        asyncio.ensure_future(heartbeat(heartbeat_s, progress))
+        if heartbeat_s is not None and progress is not None and tasks
+        else None
+    )
     status = "failed"
     try:
         await asyncio.gather(*tasks)
@@ -408,6 +425,9 @@ async def run_inference(
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
     finally:
+        if beat is not None:
+            beat.cancel()
+            await asyncio.gather(beat, return_exceptions=True)
         wall = time.perf_counter() - t_start
         if log is not None:
             outcomes = await asyncio.gather(*flushing, return_exceptions=True)

@@ -329,3 +329,19 @@ def test_resume_skips_completed_rollouts_and_returns_what_the_log_holds(log: Run
     assert by_q["001-1"].resumed and by_q["001-1"].predicted == "A" and by_q["001-1"].correct
     assert not by_q["001-2"].resumed and by_q["001-2"].correct is True
     assert second.correctness() == log.correctness("run_1")
+
+
+def test_heartbeat_reports_while_no_rollout_has_finished(log: RunLog) -> None:
+    """A slow model (0.6 s per call here, minutes on a CPU server): with ``heartbeat_s`` the
+    progress callback is called at that cadence before the first rollout completes, so the
+    terminal shows the barrier is alive; without it, only on completions."""
+    beats: list[InferenceProgress] = []
+    llm = ScriptedLLM(explorer(lambda m: "A"), latency_s=0.6)
+    res = infer(llm, log, concurrency=3, progress=beats.append, heartbeat_s=0.1)
+    early = [b for b in beats if b.done == 0]
+    assert len(early) >= 3 and all(b.total == 3 and b.elapsed_s > 0 for b in early)
+    assert beats[-1].done == res.n == 3
+    quiet: list[InferenceProgress] = []
+    infer(ScriptedLLM(explorer(lambda m: "A"), latency_s=0.3), log, run_id="run_2",
+          concurrency=3, progress=quiet.append)  # fmt: skip
+    assert [q.done for q in quiet] == [1, 2, 3]
