@@ -57,6 +57,7 @@ from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.rollouts import InferenceResult
 from trm_assets.harness.loop.runner import current_action, run_action
 from trm_assets.harness.storage.checkpoint import load_state
+from trm_assets.harness.storage.records import BudgetLedger
 from trm_assets.harness.storage.workspace import init_workspace
 from trm_assets.llm.factory import build_providers
 
@@ -137,10 +138,10 @@ class BarrierLog(LoopObserver):
         self.add(result)
 
 
-def _other_calls(budget: dict[str, dict[str, dict[str, int]]], scope: str) -> dict[str, int]:
+def _other_calls(budget: BudgetLedger, scope: str) -> dict[str, int]:
     phases = budget.get(scope, {})
     names = ("diagnose", "evolve", "momentum", "system_tool")
-    return {k: phases.get(k, {}).get("llm_calls", 0) for k in names}
+    return {k: phases[k]["llm_calls"] if k in phases else 0 for k in names}
 
 
 def _other_latencies(others: dict[str, int], steps: int, concurrency: int) -> int:

@@ -298,7 +298,7 @@ def report_data(workspace: Path) -> dict[str, Any]:
     state = state_from_dict(json.loads(path.read_text(encoding="utf-8")), str(path))
     epochs = [
         {
-            k: h[k]
+            k: getattr(h, k)
             for k in (
                 "epoch",
                 "val_accuracy",
@@ -313,21 +313,21 @@ def report_data(workspace: Path) -> dict[str, Any]:
                 "tokens",
             )
         }
-        for h in sorted(state.history, key=lambda h: h["epoch"])
+        for h in sorted(state.history, key=lambda h: h.epoch)
     ]
-    seed = state.seed_eval or {}
+    seed = state.seed_eval
     best_expected: float | None = None
     if state.final is not None:
-        best_expected = state.final["val_expected_accuracy"]
+        best_expected = state.final.val_expected_accuracy
     elif state.history:
-        best_expected = state.history[-1]["best"]["val_expected_accuracy"]
-    elif m.best is not None and seed.get("skills_version") == m.best.skills:
-        best_expected = seed.get("val_expected_accuracy")
+        best_expected = state.history[-1].best.val_expected_accuracy
+    elif m.best is not None and seed is not None and seed.skills_version == m.best.skills:
+        best_expected = seed.val_expected_accuracy
     return {
         "epochs": epochs,
         "seed": {
-            "val_accuracy": seed.get("val_accuracy"),
-            "val_expected_accuracy": seed.get("val_expected_accuracy"),
+            "val_accuracy": seed.val_accuracy if seed else None,
+            "val_expected_accuracy": seed.val_expected_accuracy if seed else None,
         },
         "best": {
             "skills_version": m.best.skills if m.best else None,

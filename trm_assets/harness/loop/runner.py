@@ -20,6 +20,7 @@ from trm_assets.harness.loop.slow_update import SLOW_STEPS, holdout_accuracy, re
 from trm_assets.harness.loop.step import checkpoint, initialize_training, require_action, run_step
 from trm_assets.harness.storage.checkpoint import TrainState, load_state, open_unit
 from trm_assets.harness.storage.lock import workspace_lock
+from trm_assets.harness.storage.records import FinalReport
 from trm_assets.harness.storage.workspace import read_best, update_current
 
 Echo = Callable[[str], None]
@@ -67,29 +68,29 @@ def finalize(ctx: LoopContext, action: Action, *, echo: Echo | None = None) -> T
     assert best is not None, "initialize_training always sets a best"
     update_current(ctx.workspace, skills=best.skills, prompts=best.prompts)
     test_acc = holdout_accuracy(ctx, state, "final", best.skills, best.prompts)
-    state.final = {
-        "reason": action.reason,
-        "skills_version": best.skills,
-        "prompts_version": best.prompts,
-        "val_accuracy": best.val_accuracy,
-        "val_expected_accuracy": ctx.expected_accuracy(
+    state.final = FinalReport(
+        reason=action.reason,
+        skills_version=best.skills,
+        prompts_version=best.prompts,
+        val_accuracy=best.val_accuracy,
+        val_expected_accuracy=ctx.expected_accuracy(
             best.skills, best.prompts, list(ctx.pools.validation)
         ),
-        "test_accuracy": test_acc,
-        "test_expected_accuracy": ctx.expected_accuracy(
+        test_accuracy=test_acc,
+        test_expected_accuracy=ctx.expected_accuracy(
             best.skills, best.prompts, list(ctx.pools.test)
         ),
-    }
+    )
     state.finalized = True
     checkpoint(ctx, state)
     if echo is not None:
         f = state.final
         echo(
             f"delivered best {best.skills}/{best.prompts} ({action.reason}): val "
-            f"{_f(f['val_accuracy'])}, test {_f(f['test_accuracy'])}"
+            f"{_f(f.val_accuracy)}, test {_f(f.test_accuracy)}"
             + (
-                f" (expected val {_f(f['val_expected_accuracy'])}, SIMULATED)"
-                if f["val_expected_accuracy"] is not None
+                f" (expected val {_f(f.val_expected_accuracy)}, SIMULATED)"
+                if f.val_expected_accuracy is not None
                 else ""
             )
         )

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from trm_assets.domain.edits import edit_budget_end
@@ -64,9 +64,30 @@ from trm_assets.harness.loop.step import (
     require_action,
     sample_index,
 )
-from trm_assets.harness.storage.checkpoint import TrainState, open_unit
+from trm_assets.harness.storage.checkpoint import (
+    CheckpointError,
+    TrainState,
+    encode_record,
+    open_unit,
+)
 from trm_assets.harness.storage.ladder_store import load_or_new_ladder, save_ladder
 from trm_assets.harness.storage.observation import mixed_score, nullable_score, write_rows
+from trm_assets.harness.storage.records import (
+    BestFromR,
+    BestSummary,
+    DualMetric,
+    EpochReportOutcome,
+    EpochSummary,
+    HoldoutEval,
+    LadderRefresh,
+    MomentumOutcome,
+    ProbationSettlement,
+    PromptsEvolution,
+    R2Outcome,
+    RunRef,
+    SlowRecords,
+    WriteBack,
+)
 from trm_assets.harness.storage.runlog import RunLogReader
 from trm_assets.harness.storage.workspace import (
     advance_current,
@@ -85,12 +106,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class SlowStepResult:
-    """What one slow-update function did (also persisted under ``state.slow[name]``)."""
+    """What one slow-update function did (its record is also persisted in ``state.slow``)."""
 
     epoch: int
     index: int
     name: str
-    outputs: dict[str, Any] = field(default_factory=dict)
+    outputs: object  # the function's record (harness/storage/records.py)
 
 
 async def _or_none_on_infra(call: Awaitable[T]) -> T | None:
@@ -111,13 +132,27 @@ def _open(ctx: LoopContext, epoch: int, index: int) -> TrainState:
     return state
 
 
-def _close(
-    ctx: LoopContext, state: TrainState, epoch: int, index: int, name: str, out: dict[str, Any]
-) -> SlowStepResult:
-    state.slow[name] = out
+# the field of SlowRecords each function writes, by index
+_RECORD_OF: tuple[str, ...] = (
+    "r", "dual_metric", "write_back", "probations", "best_r",
+    "momentum", "prompts", "r2", "report", "ladder",
+)  # fmt: skip
+
+
+def _close(ctx: LoopContext, state: TrainState, index: int, slow: SlowRecords) -> SlowStepResult:
+    """Keep the slow-update records with the function's output, mark it done, checkpoint."""
+    state.slow = slow
     state.slow_done = index
     checkpoint(ctx, state)
-    return SlowStepResult(epoch, index, name, out)
+    name = _RECORD_OF[index - 1]
+    return SlowStepResult(state.epoch, index, name, getattr(slow, name))
+
+
+def _need(value: T | None, name: str) -> T:
+    """An earlier function's output (always there when the planner's order holds)."""
+    if value is None:
+        raise CheckpointError(f"state.json: slow.{name} is missing (a corrupt checkpoint)")
+    return value
 
 
 def _val_expected(ctx: LoopContext, skills: str, prompts: str) -> float | None:
@@ -136,10 +171,9 @@ def snapshot_and_rerun_validation(ctx: LoopContext, epoch: int) -> SlowStepResul
     run_id = f"{ctx.base}_e{epoch}_R"
     res = asyncio.run(evaluate(ctx, run_id, sv, pv, ctx.pool_questions("validation"), "slow_R"))
     charge_inference(state, f"e{epoch}", "R", res)
-    state.slow["r_outcomes"] = outcomes_by_qid(res)
-    out = {"run_id": run_id, "skills_version": sv, "prompts_version": pv, "accuracy": res.accuracy}
-    out["n"] = res.n
-    return _close(ctx, state, epoch, 1, "r", out)
+    state.slow = replace(state.slow, r_outcomes=outcomes_by_qid(res))
+    out = RunRef(run_id, sv, pv, res.accuracy, n=res.n)
+    return _close(ctx, state, 1, replace(state.slow, r=out))
 
 
 # 2 ----------------------------------------------------------------------------------------------
@@ -151,9 +185,9 @@ def record_dual_metric(ctx: LoopContext, epoch: int) -> SlowStepResult:
     No provider reports a per-question soft score, so soft and mixed are NULL (never 0) and the
     mixed shadow of the best argmax stays undecided (NULL)."""
     state = _open(ctx, epoch, 2)
-    r = state.slow["r"]
+    r = _need(state.slow.r, "r")
     soft: float | None = None
-    mixed = mixed_score(r["accuracy"], soft)
+    mixed = mixed_score(r.accuracy, soft)
     best = read_best(ctx.workspace)
     write_rows(
         ctx.log,
@@ -161,11 +195,11 @@ def record_dual_metric(ctx: LoopContext, epoch: int) -> SlowStepResult:
         [
             {
                 "epoch": epoch,
-                "run_id": r["run_id"],
-                "skills_version": r["skills_version"],
-                "prompts_version": r["prompts_version"],
-                "n": r["n"],
-                "hard_accuracy": r["accuracy"],
+                "run_id": r.run_id,
+                "skills_version": r.skills_version,
+                "prompts_version": r.prompts_version,
+                "n": r.n,
+                "hard_accuracy": r.accuracy,
                 "soft_score": nullable_score(soft),
                 "mixed_score": nullable_score(mixed),
             }
@@ -177,8 +211,8 @@ def record_dual_metric(ctx: LoopContext, epoch: int) -> SlowStepResult:
         [
             {
                 "epoch": epoch,
-                "run_id": r["run_id"],
-                "hard_accuracy": r["accuracy"],
+                "run_id": r.run_id,
+                "hard_accuracy": r.accuracy,
                 "mixed_score": nullable_score(mixed),
                 "shadow_best_mixed": None,
                 "would_replace": None,
@@ -186,7 +220,9 @@ def record_dual_metric(ctx: LoopContext, epoch: int) -> SlowStepResult:
             }
         ],
     )
-    return _close(ctx, state, epoch, 2, "dual_metric", {"hard": r["accuracy"], "soft": soft})
+    return _close(
+        ctx, state, 2, replace(state.slow, dual_metric=DualMetric(hard=r.accuracy, soft=soft))
+    )
 
 
 # 3 ----------------------------------------------------------------------------------------------
@@ -195,10 +231,10 @@ def record_dual_metric(ctx: LoopContext, epoch: int) -> SlowStepResult:
 def write_back_r_correctness(ctx: LoopContext, epoch: int) -> SlowStepResult:
     """SPEC 5.6 step 3: R's per-question outcomes replace ``correctness`` unconditionally."""
     state = _open(ctx, epoch, 3)
-    outcomes: dict[str, bool | None] = state.slow["r_outcomes"]
+    outcomes = _need(state.slow.r_outcomes, "r_outcomes")
     for qid in sorted(outcomes):
         state.correctness[qid] = outcomes[qid]
-    return _close(ctx, state, epoch, 3, "write_back", {"n": len(outcomes)})
+    return _close(ctx, state, 3, replace(state.slow, write_back=WriteBack(n=len(outcomes))))
 
 
 # 4 ----------------------------------------------------------------------------------------------
@@ -212,11 +248,11 @@ def settle_probations(ctx: LoopContext, epoch: int) -> SlowStepResult:
     step 3). KEEP, KEEP_CONFIRMED and DEFER close the probation (a DEFER has no evidence for a
     rollback; with a fixed pool it would never get more)."""
     state = _open(ctx, epoch, 4)
-    outcomes: dict[str, bool | None] = state.slow["r_outcomes"]
-    r = state.slow["r"]
-    r_default = text_hash(ctx.skills(r["skills_version"]).get(DEFAULT_SKILL_FILE, ""))
-    r_prompts = ctx.prompt_files(r["prompts_version"])
-    settled: dict[str, Any] = {}
+    outcomes = _need(state.slow.r_outcomes, "r_outcomes")
+    r = _need(state.slow.r, "r")
+    r_default = text_hash(ctx.skills(r.skills_version).get(DEFAULT_SKILL_FILE, ""))
+    r_prompts = ctx.prompt_files(r.prompts_version)
+    settled: dict[str, ProbationSettlement] = {}
     for name in sorted(state.probations):
         p = state.probations[name]
         qids = ctx.validation_by_type.get(p.task_type, ())
@@ -231,14 +267,14 @@ def settle_probations(ctx: LoopContext, epoch: int) -> SlowStepResult:
             params=ctx.probation_params(),
             anchor_run_id=p.anchor_run_id,
         )
-        entry: dict[str, Any] = {
-            "verdict": res.verdict.value,
-            "wins": res.wins,
-            "losses": res.losses,
-            "pairs": res.pairs,
-            "reason": res.reason,
-            "edits": len(p.pending_edits),
-        }
+        entry = ProbationSettlement(
+            verdict=res.verdict.value,
+            wins=res.wins,
+            losses=res.losses,
+            pairs=res.pairs,
+            reason=res.reason,
+            edits=len(p.pending_edits),
+        )
         if res.verdict is ProbationVerdict.ROLLBACK:
             meta = revert_files(
                 ctx.workspace,
@@ -246,33 +282,33 @@ def settle_probations(ctx: LoopContext, epoch: int) -> SlowStepResult:
                 p.anchor_skills_version,
                 [p.skill_file],
                 reason=f"probation rollback e{epoch} {p.skill_file}: {res.reason}",
-                extra={"probation": entry},
+                extra={"probation": encode_record(entry)},
             )
             for q in qids:  # the rollback overrides step 3 for its questions
                 state.correctness[q] = p.correctness_snapshot.get(q)
-            entry["new_skills_version"] = meta.version
+            entry = replace(entry, new_skills_version=meta.version)
             state.count("rolled_back")
         settled[name] = entry
         del state.probations[name]
-    return _close(ctx, state, epoch, 4, "probations", settled)
+    return _close(ctx, state, 4, replace(state.slow, probations=settled))
 
 
 # 5 ----------------------------------------------------------------------------------------------
 
 
-def _maybe_best(ctx: LoopContext, run: dict[str, Any]) -> bool:
+def _maybe_best(ctx: LoopContext, run: RunRef) -> bool:
     """Best = argmax validation accuracy; only a strictly greater accuracy replaces it."""
-    acc = run["accuracy"]
+    acc = run.accuracy
     best = read_best(ctx.workspace)
     if acc is None:
         return False
     if best is None or best.val_accuracy is None or acc > best.val_accuracy:
         update_best(
             ctx.workspace,
-            skills=run["skills_version"],
-            prompts=run["prompts_version"],
+            skills=run.skills_version,
+            prompts=run.prompts_version,
             val_accuracy=acc,
-            run_id=run["run_id"],
+            run_id=run.run_id,
         )
         return True
     return False
@@ -281,10 +317,9 @@ def _maybe_best(ctx: LoopContext, run: dict[str, Any]) -> bool:
 def update_best_from_r(ctx: LoopContext, epoch: int) -> SlowStepResult:
     """SPEC 5.6 step 5: best argmax against R's version pair (strictly greater to replace)."""
     state = _open(ctx, epoch, 5)
-    replaced = _maybe_best(ctx, state.slow["r"])
-    best = read_best(ctx.workspace)
-    out = {"replaced": replaced, "best": best.model_dump() if best is not None else None}
-    return _close(ctx, state, epoch, 5, "best_r", out)
+    replaced = _maybe_best(ctx, _need(state.slow.r, "r"))
+    out = BestFromR(replaced=replaced, best=read_best(ctx.workspace))
+    return _close(ctx, state, 5, replace(state.slow, best_r=out))
 
 
 # 6 ----------------------------------------------------------------------------------------------
@@ -341,8 +376,10 @@ def apply_momentum(ctx: LoopContext, epoch: int) -> SlowStepResult:
             reason=f"momentum e{epoch}",
             extra={"momentum": sorted(changes)},
         ).version
-    out = {"updated": sorted(changes), "skills_version": version, "new_version": bool(changes)}
-    return _close(ctx, state, epoch, 6, "momentum", out)
+    out = MomentumOutcome(
+        updated=tuple(sorted(changes)), skills_version=version, new_version=bool(changes)
+    )
+    return _close(ctx, state, 6, replace(state.slow, momentum=out))
 
 
 # 7 ----------------------------------------------------------------------------------------------
@@ -405,8 +442,8 @@ def evolve_system_and_tools(ctx: LoopContext, epoch: int) -> SlowStepResult:
             reason=f"system/tool evolution e{epoch}",
             edits=edits,
         ).version
-    out = {"before": before, "after": after, "changed": sorted(changes)}
-    return _close(ctx, state, epoch, 7, "prompts", out)
+    out = PromptsEvolution(before=before, after=after, changed=tuple(sorted(changes)))
+    return _close(ctx, state, 7, replace(state.slow, prompts=out))
 
 
 # 8 ----------------------------------------------------------------------------------------------
@@ -420,47 +457,40 @@ def r2_closed_loop(ctx: LoopContext, epoch: int) -> SlowStepResult:
     R2 is kept: its correctness is written back, it becomes the latest evaluation (eval_prev) and
     the best argmax is taken against R2's version pair."""
     state = _open(ctx, epoch, 8)
-    r, prompts = state.slow["r"], state.slow["prompts"]
+    r, prompts = _need(state.slow.r, "r"), _need(state.slow.prompts, "prompts")
     paths = ctx.paths
     r2_sv, new_pv = paths.skills_version, paths.prompts_version
-    out: dict[str, Any] = {"ran": False, "kept": False, "reverted": False}
+    out = R2Outcome(ran=False, kept=False, reverted=False)
     latest = r
-    if state.slow["momentum"]["new_version"] or prompts["changed"]:
+    if _need(state.slow.momentum, "momentum").new_version or prompts.changed:
         run_id = f"{ctx.base}_e{epoch}_R2"
         res = asyncio.run(
             evaluate(ctx, run_id, r2_sv, new_pv, ctx.pool_questions("validation"), "slow_R2")
         )
         charge_inference(state, f"e{epoch}", "R2", res)
-        r2: dict[str, Any] = {
-            "run_id": run_id,
-            "skills_version": r2_sv,
-            "prompts_version": new_pv,
-            "accuracy": res.accuracy,
-        }
-        out.update(ran=True, r2=r2)
+        r2 = RunRef(run_id, r2_sv, new_pv, res.accuracy)
+        out = replace(out, ran=True, r2=r2)
         regressed = (
-            res.accuracy is not None
-            and r["accuracy"] is not None
-            and (res.accuracy < r["accuracy"])
+            res.accuracy is not None and r.accuracy is not None and (res.accuracy < r.accuracy)
         )
-        if prompts["changed"] and regressed:
+        if prompts.changed and regressed:
             meta = revert_files(
                 ctx.workspace,
                 "prompts",
-                prompts["before"],
-                prompts["changed"],
-                reason=f"R2 regressed e{epoch} ({res.accuracy} < {r['accuracy']}): revert prompts",
+                prompts.before,
+                list(prompts.changed),
+                reason=f"R2 regressed e{epoch} ({res.accuracy} < {r.accuracy}): revert prompts",
             )
-            out.update(reverted=True, prompts_version=meta.version)
+            out = replace(out, reverted=True, prompts_version=meta.version)
         else:
             for qid, value in outcomes_by_qid(res).items():
                 state.correctness[qid] = value
-            out.update(kept=True, best_replaced=_maybe_best(ctx, r2))
+            out = replace(out, kept=True, best_replaced=_maybe_best(ctx, r2))
             latest = r2
-    state.eval_prev_acc, state.eval_prev_run_id = latest["accuracy"], latest["run_id"]
-    state.baseline_skills_version = latest["skills_version"]
-    state.baseline_prompts_version = latest["prompts_version"]
-    return _close(ctx, state, epoch, 8, "r2", out)
+    state.eval_prev_acc, state.eval_prev_run_id = latest.accuracy, latest.run_id
+    state.baseline_skills_version = latest.skills_version
+    state.baseline_prompts_version = latest.prompts_version
+    return _close(ctx, state, 8, replace(state.slow, r2=out))
 
 
 # 9 ----------------------------------------------------------------------------------------------
@@ -493,7 +523,7 @@ def report_epoch(ctx: LoopContext, epoch: int, *, echo: Echo | None = None) -> S
     m = read_manifest(ctx.workspace)
     assert state.seed_eval is not None and m.best is not None
     pairs = {
-        "seed": (state.seed_eval["skills_version"], state.seed_eval["prompts_version"]),
+        "seed": (state.seed_eval.skills_version, state.seed_eval.prompts_version),
         "epoch_start": (
             state.epoch_start_versions["skills"],
             state.epoch_start_versions["prompts"],
@@ -501,13 +531,13 @@ def report_epoch(ctx: LoopContext, epoch: int, *, echo: Echo | None = None) -> S
         "current": (m.current.skills, m.current.prompts),
         "best": (m.best.skills, m.best.prompts),
     }
-    holdout = {}
+    holdout: dict[str, HoldoutEval] = {}
     rows = []
     test_ids = list(ctx.pools.test)
     for label, (sv, pv) in pairs.items():
         acc = holdout_accuracy(ctx, state, scope, sv, pv)
         exp = ctx.expected_accuracy(sv, pv, test_ids)
-        holdout[label] = {"skills": sv, "prompts": pv, "accuracy": acc, "expected": exp}
+        holdout[label] = HoldoutEval(skills=sv, prompts=pv, accuracy=acc, expected=exp)
         rows.append(
             {
                 "epoch": epoch,
@@ -538,34 +568,35 @@ def report_epoch(ctx: LoopContext, epoch: int, *, echo: Echo | None = None) -> S
     tokens = sum(v["prompt_tokens"] + v["completion_tokens"] for v in budget.values())
     infra_failures = _infra_failures(ctx, epoch)
     val_sv, val_pv = state.baseline_skills_version or "", state.baseline_prompts_version or ""
-    summary = {
-        "epoch": epoch,
-        "val_accuracy": state.eval_prev_acc,
-        "val_run_id": state.eval_prev_run_id,
-        "val_skills_version": val_sv,
-        "val_prompts_version": val_pv,
-        "test_accuracy": holdout["current"]["accuracy"],
-        "val_expected_accuracy": _val_expected(ctx, val_sv, val_pv),
-        "accepted": int(c.get("accepted", 0)),
-        "rejected": int(c.get("rejected", 0)),
-        "rolled_back": int(c.get("rolled_back", 0)),
-        "aborted": int(c.get("aborted", 0)),
-        "gates": int(c.get("gates", 0)),
-        "expected_false_accepts": round(float(c.get("alpha_sum", 0.0)), 6),
-        "rollouts": rollouts,
-        "tokens": tokens,
-        "infra_failures": infra_failures,
-        "labels": labels,
-        "holdout": holdout,
-        "best": {
-            "skills_version": m.best.skills,
-            "prompts_version": m.best.prompts,
-            "val_accuracy": m.best.val_accuracy,
-            "val_expected_accuracy": _val_expected(ctx, m.best.skills, m.best.prompts),
-        },
-        "early_stopped": state.early_stopped,
-    }
-    state.history = [h for h in state.history if h["epoch"] != epoch] + [summary]
+    summary = EpochSummary(
+        epoch=epoch,
+        val_accuracy=state.eval_prev_acc,
+        val_run_id=state.eval_prev_run_id,
+        val_skills_version=val_sv,
+        val_prompts_version=val_pv,
+        test_accuracy=holdout["current"].accuracy,
+        val_expected_accuracy=_val_expected(ctx, val_sv, val_pv),
+        accepted=int(c.accepted),
+        rejected=int(c.rejected),
+        rolled_back=int(c.rolled_back),
+        aborted=int(c.aborted),
+        gates=int(c.gates),
+        expected_false_accepts=round(float(c.alpha_sum), 6),
+        rollouts=rollouts,
+        tokens=tokens,
+        infra_failures=infra_failures,
+        labels=labels,
+        holdout=holdout,
+        best=BestSummary(
+            skills_version=m.best.skills,
+            prompts_version=m.best.prompts,
+            val_accuracy=m.best.val_accuracy,
+            val_expected_accuracy=_val_expected(ctx, m.best.skills, m.best.prompts),
+        ),
+        early_stopped=state.early_stopped,
+    )
+    state.history = (*(h for h in state.history if h.epoch != epoch), summary)
+    r2_out = _need(state.slow.r2, "r2")
     write_rows(
         ctx.log,
         "epoch_report",
@@ -574,25 +605,25 @@ def report_epoch(ctx: LoopContext, epoch: int, *, echo: Echo | None = None) -> S
                 "epoch": epoch,
                 "val_accuracy": state.eval_prev_acc,
                 "val_run_id": state.eval_prev_run_id,
-                "r_accuracy": state.slow["r"]["accuracy"],
-                "r2_accuracy": (state.slow["r2"].get("r2") or {}).get("accuracy"),
-                "r2_kept": state.slow["r2"]["kept"],
+                "r_accuracy": _need(state.slow.r, "r").accuracy,
+                "r2_accuracy": r2_out.r2.accuracy if r2_out.r2 is not None else None,
+                "r2_kept": r2_out.kept,
                 "skills_version": m.current.skills,
                 "prompts_version": m.current.prompts,
                 "best_skills_version": m.best.skills,
                 "best_prompts_version": m.best.prompts,
                 "best_val_accuracy": m.best.val_accuracy,
-                "test_accuracy": summary["test_accuracy"],
-                "val_expected_accuracy": summary["val_expected_accuracy"],
-                "momentum_updated": state.slow["momentum"]["updated"],
+                "test_accuracy": summary.test_accuracy,
+                "val_expected_accuracy": summary.val_expected_accuracy,
+                "momentum_updated": list(_need(state.slow.momentum, "momentum").updated),
                 "system_tool_action": _system_tool_action(state.slow),
                 "labels": labels,
-                "accepted": summary["accepted"],
-                "rejected": summary["rejected"],
-                "rolled_back": summary["rolled_back"],
-                "aborted": summary["aborted"],
-                "gates": summary["gates"],
-                "expected_false_accepts": summary["expected_false_accepts"],
+                "accepted": summary.accepted,
+                "rejected": summary.rejected,
+                "rolled_back": summary.rolled_back,
+                "aborted": summary.aborted,
+                "gates": summary.gates,
+                "expected_false_accepts": summary.expected_false_accepts,
                 "rollouts": rollouts,
                 "tokens": tokens,
                 "infra_failures": infra_failures,
@@ -600,18 +631,18 @@ def report_epoch(ctx: LoopContext, epoch: int, *, echo: Echo | None = None) -> S
         ],
     )
     if echo is not None:
-        exp = summary["val_expected_accuracy"]
+        exp = summary.val_expected_accuracy
         echo(
             f"epoch {epoch} done: val {_f(state.eval_prev_acc)}"
             + (f" (expected {_f(exp)}, SIMULATED)" if exp is not None else "")
-            + f", test {_f(summary['test_accuracy'])}; accepted {summary['accepted']}, rejected "
-            f"{summary['rejected']}, rolled back {summary['rolled_back']}, gates "
-            f"{summary['gates']}; best {m.best.skills}/{m.best.prompts} "
+            + f", test {_f(summary.test_accuracy)}; accepted {summary.accepted}, rejected "
+            f"{summary.rejected}, rolled back {summary.rolled_back}, gates "
+            f"{summary.gates}; best {m.best.skills}/{m.best.prompts} "
             f"({_f(m.best.val_accuracy)}); {rollouts} rollouts, {tokens} tokens"
             + ("; early stop" if state.early_stopped else "")
         )
-    out = {"labels": labels, "holdout": holdout, "early_stopped": state.early_stopped}
-    return _close(ctx, state, epoch, 9, "report", out)
+    out = EpochReportOutcome(labels=labels, holdout=holdout, early_stopped=state.early_stopped)
+    return _close(ctx, state, 9, replace(state.slow, report=out))
 
 
 def _infra_failures(ctx: LoopContext, epoch: int) -> int:
@@ -629,11 +660,11 @@ def _f(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def _system_tool_action(slow: dict[str, Any]) -> str:
-    p, r2 = slow["prompts"], slow["r2"]
-    if not p["changed"]:
+def _system_tool_action(slow: SlowRecords) -> str:
+    p, r2 = _need(slow.prompts, "prompts"), _need(slow.r2, "r2")
+    if not p.changed:
         return "none"
-    return "reverted" if r2["reverted"] else "kept"
+    return "reverted" if r2.reverted else "kept"
 
 
 def holdout_run_id(ctx: LoopContext, skills: str, prompts: str) -> str:
@@ -683,7 +714,7 @@ def refresh_ladder(ctx: LoopContext, epoch: int) -> SlowStepResult:
     paths = ctx.paths
     tasks = {q: ctx.questions[q].task_type for q in ctx.pools.validation}
     ladder = load_or_new_ladder(paths.ladder, tasks, ctx.ladder_params())
-    sources = ladder_sources(ctx, epoch, bool(state.slow["r2"]["kept"]))
+    sources = ladder_sources(ctx, epoch, _need(state.slow.r2, "r2").kept)
     with RunLogReader.open(paths.run_db) as reader:
         for run_id in sources:
             outcomes = {
@@ -692,14 +723,15 @@ def refresh_ladder(ctx: LoopContext, epoch: int) -> SlowStepResult:
             ladder = update_ladder(ladder, run_id, outcomes)
     save_ladder(paths.ladder, ladder)
     state.gate_epoch_observed = True
-    state.slow["ladder"] = {"sources": sources}
+    out = LadderRefresh(sources=tuple(sources))
+    state.slow = replace(state.slow, ladder=out)
     state.slow_done = 10
     # the epoch is over: the next unit is the next epoch's first step (or finalize)
     state.epoch = epoch + 1
     state.next_step = 0
     state.slow_done = 0
     checkpoint(ctx, state)
-    return SlowStepResult(epoch, 10, "ladder", {"sources": sources})
+    return SlowStepResult(epoch, 10, "ladder", out)
 
 
 SLOW_STEPS: tuple[Callable[..., SlowStepResult], ...] = (

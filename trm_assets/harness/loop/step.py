@@ -66,6 +66,7 @@ from trm_assets.harness.storage.checkpoint import (
 )
 from trm_assets.harness.storage.ladder_store import load_or_new_ladder, save_ladder
 from trm_assets.harness.storage.observation import write_rows
+from trm_assets.harness.storage.records import EpochCounters, SeedEval, SlowRecords
 from trm_assets.harness.storage.runlog import RunLogReader
 from trm_assets.harness.storage.workspace import (
     advance_current,
@@ -208,17 +209,17 @@ def initialize_training(ctx: LoopContext, *, echo: Echo | None = None) -> TrainS
     state.baseline_skills_version, state.baseline_prompts_version = sv, pv
     if read_best(ctx.workspace) is None:
         update_best(ctx.workspace, skills=sv, prompts=pv, val_accuracy=res.accuracy, run_id=run_id)
-    state.seed_eval = {
-        "run_id": run_id,
-        "skills_version": sv,
-        "prompts_version": pv,
-        "val_accuracy": res.accuracy,
-        "val_expected_accuracy": ctx.expected_accuracy(sv, pv, list(ctx.pools.validation)),
-    }
+    state.seed_eval = SeedEval(
+        run_id=run_id,
+        skills_version=sv,
+        prompts_version=pv,
+        val_accuracy=res.accuracy,
+        val_expected_accuracy=ctx.expected_accuracy(sv, pv, list(ctx.pools.validation)),
+    )
     state.initialized = True
     checkpoint(ctx, state)
     if echo is not None:
-        exp = state.seed_eval["val_expected_accuracy"]
+        exp = state.seed_eval.val_expected_accuracy
         echo(
             f"init: seed skills {sv}/{pv} val accuracy {_fmt(res.accuracy)}"
             + (f" (expected {_fmt(exp)}, SIMULATED)" if exp is not None else "")
@@ -258,15 +259,8 @@ def begin_epoch(ctx: LoopContext, state: TrainState, epoch: int) -> None:
     state.changed_task_types_this_epoch = []
     state.system_packs = type(state.system_packs)()
     state.tool_packs = {}
-    state.epoch_counters = {
-        "accepted": 0,
-        "rejected": 0,
-        "aborted": 0,
-        "rolled_back": 0,
-        "gates": 0,
-        "alpha_sum": 0.0,
-    }
-    state.slow = {}
+    state.epoch_counters = EpochCounters()
+    state.slow = SlowRecords()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trm_assets.domain.question import skill_file_name
-from trm_assets.harness.storage.checkpoint import state_from_dict
+from trm_assets.harness.storage.checkpoint import encode_record, state_from_dict
 from trm_assets.harness.storage.runlog import RunLogReader
 from trm_assets.harness.storage.versions import (
     VersionMeta,
@@ -62,8 +62,9 @@ def epoch_summary(workspace: str | Path, epoch: int) -> dict[str, Any] | None:
         return None
     state = state_from_dict(raw, str(Path(workspace) / "state.json"))
     for h in state.history:
-        if h["epoch"] == epoch:
-            return dict(h)
+        if h.epoch == epoch:
+            summary: dict[str, Any] = encode_record(h)
+            return summary
     return None
 
 

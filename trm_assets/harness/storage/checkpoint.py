@@ -24,17 +24,30 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import types
 import warnings
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Union, get_args, get_origin, get_type_hints
+
+from pydantic import BaseModel
 
 from trm_assets.domain.edits import RejectedEdit
 from trm_assets.domain.errors import TrmError
 from trm_assets.evolution.types import SystemCasePack, ToolCasePack, to_jsonable
 from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.storage.atomic import atomic_write_json, file_identity
+from trm_assets.harness.storage.records import (
+    BudgetLedger,
+    CounterName,
+    EpochCounters,
+    EpochSummary,
+    FinalReport,
+    PhaseUsage,
+    SeedEval,
+    SlowRecords,
+)
 from trm_assets.harness.storage.versions import (
     IntegrityError,
     StoreError,
@@ -117,14 +130,14 @@ class TrainState:
     epoch_start_versions: dict[str, str] = field(default_factory=dict)  # skills, prompts
     epoch_start_correctness: dict[str, bool | None] = field(default_factory=dict)
     epoch_start_best: dict[str, Any] | None = None
-    epoch_counters: dict[str, float] = field(default_factory=dict)
-    slow: dict[str, Any] = field(default_factory=dict)
+    epoch_counters: EpochCounters = field(default_factory=EpochCounters)
+    slow: SlowRecords = field(default_factory=SlowRecords)  # the slow update's outputs so far
     gates_total: int = 0
     accepts_total: int = 0
-    budget: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
-    history: list[dict[str, Any]] = field(default_factory=list)
-    seed_eval: dict[str, Any] | None = None
-    final: dict[str, Any] | None = None
+    budget: BudgetLedger = field(default_factory=dict)
+    history: tuple[EpochSummary, ...] = ()
+    seed_eval: SeedEval | None = None
+    final: FinalReport | None = None
     workspace_mark: dict[str, Any] = field(default_factory=dict)
 
     # -- budget ledger --------------------------------------------------------------------------
@@ -140,19 +153,19 @@ class TrainState:
         llm_calls: int = 0,
     ) -> None:
         """Account rollouts and tokens to ``scope`` (``init``, ``e0``, …, ``final``) × phase."""
-        row = self.budget.setdefault(scope, {}).setdefault(
-            phase, {"rollouts": 0, "prompt_tokens": 0, "completion_tokens": 0, "llm_calls": 0}
-        )
+        zero = PhaseUsage(rollouts=0, prompt_tokens=0, completion_tokens=0, llm_calls=0)
+        row = self.budget.setdefault(scope, {}).setdefault(phase, zero)
         row["rollouts"] += rollouts
         row["prompt_tokens"] += prompt_tokens
         row["completion_tokens"] += completion_tokens
         row["llm_calls"] += llm_calls
 
-    def count(self, name: str, amount: float = 1) -> None:
-        self.epoch_counters[name] = self.epoch_counters.get(name, 0) + amount
+    def count(self, name: CounterName, amount: float = 1) -> None:
+        c = self.epoch_counters
+        self.epoch_counters = replace(c, **{name: getattr(c, name) + amount})
 
 
-_SEED_FIELDS: Final[tuple[str, ...]] = (
+SEED_FIELDS: Final[tuple[str, ...]] = (
     "correctness",
     "eval_prev_acc",
     "eval_prev_run_id",
@@ -169,7 +182,12 @@ _SEED_FIELDS: Final[tuple[str, ...]] = (
     "gate_epoch_observed",
 )
 STATE_KEYS: Final[tuple[str, ...]] = tuple(f.name for f in fields(TrainState))
-assert set(_SEED_FIELDS) <= set(STATE_KEYS)
+assert set(SEED_FIELDS) <= set(STATE_KEYS)
+# the fields holding typed records (harness/storage/records.py), through encode/decode_record
+_RECORD_FIELDS: Final[Mapping[str, Any]] = {
+    name: get_type_hints(TrainState)[name]
+    for name in ("epoch_counters", "slow", "history", "seed_eval", "final")
+}
 
 
 def new_state(cfg: RunConfig) -> TrainState:
@@ -186,6 +204,8 @@ def state_to_dict(state: TrainState) -> dict[str, Any]:
             d[f.name] = {k: [asdict(r) for r in v] for k, v in sorted(value.items())}
         elif f.name == "changed_task_types_this_epoch":
             d[f.name] = sorted(set(value))
+        elif f.name in _RECORD_FIELDS:
+            d[f.name] = encode_record(value)
         else:
             d[f.name] = to_jsonable(value)
     return {"format": STATE_FORMAT, **d}
@@ -214,9 +234,77 @@ def state_from_dict(data: Mapping[str, Any], source: str = "state.json") -> Trai
         kw["tool_packs"] = {k: ToolCasePack.from_dict(v) for k, v in data["tool_packs"].items()}
         kw["probations"] = {k: Probation.from_dict(v) for k, v in data["probations"].items()}
         kw["changed_task_types_this_epoch"] = list(data["changed_task_types_this_epoch"])
+        for name, tp in _RECORD_FIELDS.items():
+            kw[name] = decode_record(tp, data[name], f"{source}: {name}")
         return TrainState(**kw)
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{source}: corrupt checkpoint ({type(e).__name__}: {e})") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# The one (de)serialization of the typed records (harness/storage/records.py)
+
+
+def encode_record(value: Any) -> Any:
+    """A record (or a mapping / sequence of them) as the JSON values the untyped dictionaries
+    were: dataclass fields by name (an ``OMIT_NONE`` field only when set), pydantic models by
+    ``model_dump``, tuples as lists."""
+    if is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {}
+        for f in fields(value):
+            v = getattr(value, f.name)
+            if v is None and f.metadata.get("omit_none"):
+                continue
+            out[f.name] = encode_record(v)
+        return out
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    if isinstance(value, Mapping):
+        return {str(k): encode_record(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encode_record(v) for v in value]
+    return value
+
+
+def decode_record(tp: Any, value: Any, where: str) -> Any:
+    """The inverse of :func:`encode_record` for the type ``tp`` (a record, ``X | None``,
+    ``Mapping[str, X]``, ``tuple[X, ...]``, a typed dict or a plain JSON value). A record's key
+    that is missing (other than an ``OMIT_NONE`` / ``ZERO_IF_ABSENT`` field) or unknown is
+    corruption: :class:`CheckpointError` naming it."""
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        if value is None:
+            return None
+        (inner,) = [a for a in get_args(tp) if a is not type(None)]
+        return decode_record(inner, value, where)
+    if isinstance(tp, type) and is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise CheckpointError(f"{where}: expected an object, got {type(value).__name__}")
+        hints = get_type_hints(tp)
+        names = [f.name for f in fields(tp)]
+        unknown = sorted(set(value) - set(names))
+        kw: dict[str, Any] = {}
+        for f in fields(tp):
+            if f.name in value:
+                kw[f.name] = decode_record(hints[f.name], value[f.name], f"{where}.{f.name}")
+            elif f.metadata.get("omit_none"):
+                kw[f.name] = None
+            elif f.metadata.get("zero_if_absent"):
+                kw[f.name] = f.default
+            else:
+                raise CheckpointError(f"{where}: corrupt checkpoint: missing key {f.name!r}")
+        if unknown:
+            raise CheckpointError(f"{where}: corrupt checkpoint: unknown key(s) {unknown}")
+        return tp(**kw)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return tp.model_validate(value)
+    if origin in (dict, Mapping):
+        _, vt = get_args(tp)
+        return {str(k): decode_record(vt, v, f"{where}.{k}") for k, v in value.items()}
+    if origin is tuple:
+        inner = get_args(tp)[0]
+        return tuple(decode_record(inner, v, f"{where}[{i}]") for i, v in enumerate(value))
+    return value  # str, int, float, bool, a typed dict (the budget ledger): as written
 
 
 # One read of state.json per unit of work (issue 14): the checkpoint this process last read or
@@ -370,8 +458,8 @@ def referenced_versions(workspace: Path, state: TrainState | None) -> list[tuple
                 (
                     "state.json seed_eval",
                     {
-                        "skills": state.seed_eval.get("skills_version"),
-                        "prompts": state.seed_eval.get("prompts_version"),
+                        "skills": state.seed_eval.skills_version,
+                        "prompts": state.seed_eval.prompts_version,
                     },
                 )
             )

@@ -199,8 +199,8 @@ def _state_run_ids(state: TrainState | None) -> set[str]:
     if state is None:
         return set()
     ids = {state.eval_prev_run_id} if state.eval_prev_run_id else set()
-    if state.seed_eval and state.seed_eval.get("run_id"):
-        ids.add(str(state.seed_eval["run_id"]))
+    if state.seed_eval and state.seed_eval.run_id:
+        ids.add(state.seed_eval.run_id)
     ids |= {p.anchor_run_id for p in state.probations.values() if p.anchor_run_id}
     return ids
 

@@ -102,6 +102,7 @@ from trm_assets.harness.loop.step import (
 )
 from trm_assets.harness.storage import cache_store as bcs
 from trm_assets.harness.storage.checkpoint import (
+    SEED_FIELDS,
     STATE_KEYS,
     CheckpointError,
     ConfigDriftWarning,
@@ -533,22 +534,8 @@ def test_state_fields_roundtrip_and_corruption(
     ws, snaps = tiny_run
     cfg = tiny_config()
     data = json.loads((ws / "state.json").read_text())
-    for key in (
-        "correctness",
-        "eval_prev_acc",
-        "eval_prev_run_id",
-        "baseline_skills_version",
-        "baseline_prompts_version",
-        "steps_since_best_improved",
-        "epoch_start_skills",
-        "changed_task_types_this_epoch",
-        "rejected_buffer",
-        "system_packs",
-        "tool_packs",
-        "probations",
-        "gate_cooldown",
-        "gate_epoch_observed",
-    ):
+    assert len(SEED_FIELDS) == 14  # SPEC 5.7's persisted fields, named in checkpoint.py
+    for key in SEED_FIELDS:
         assert key in data
     assert state_to_dict(state_from_dict(data)) == data
     assert data["gate_epoch_observed"] is True  # warm ladder after the first refresh
@@ -618,10 +605,10 @@ def test_kill_mid_unit_and_resume_is_identical(
     else:  # the momentum version exists, the slow step's checkpoint does not
         real_close = slow_update._close
 
-        def close_or_die(ctx: Any, state: Any, epoch: int, index: int, name: str, out: Any) -> Any:
-            if name == "momentum" and out["new_version"]:
+        def close_or_die(ctx: Any, state: Any, index: int, slow: Any) -> Any:
+            if index == 6 and slow.momentum.new_version:
                 raise _Killed
-            return real_close(ctx, state, epoch, index, name, out)
+            return real_close(ctx, state, index, slow)
 
         monkeypatch.setattr(slow_update, "_close", close_or_die)
     with pytest.raises(_Killed):
