@@ -184,6 +184,22 @@ def _uniform(ctx: LoopContext, req: GateRequest, qids: Sequence[str], why: str) 
     return [pool[i] for i in rng.permutation(len(pool))]
 
 
+def _never_shown(ctx: LoopContext, qids: Sequence[str]) -> tuple[str, ...]:
+    """The diagnosis-pool questions no step batch has rolled out: the diagnosis and the evolver
+    read the failures of step batches (question, options, the correct answer), so an edit could
+    be written for exactly those questions; a gate must not count them as evidence."""
+    if not qids:
+        return ()
+    shown = {
+        str(r["q"])
+        for r in ctx.log.query(
+            "SELECT DISTINCT p.question_id AS q FROM predictions p "
+            "JOIN runs r ON r.run_id = p.run_id WHERE r.kind = 'step'"
+        )
+    }
+    return tuple(q for q in qids if q not in shown)
+
+
 class SequentialGate:
     """``ce_gate``: the block-sequential e-process / hybrid gate (GATE §4), order by decoding."""
 
@@ -193,7 +209,17 @@ class SequentialGate:
     def plan(self, ctx: LoopContext, req: GateRequest) -> GatePlan:
         cfg = ctx.cfg
         if not cfg.fresh_draws():  # GATE §6.3 R5: deterministic decoding
-            order = _uniform(ctx, req, (*req.pool_qids, *req.extra_qids), "temperature0")
+            extra = _never_shown(ctx, req.extra_qids)
+            order = _uniform(ctx, req, (*req.pool_qids, *extra), "temperature0")
+            if extra:
+                # questions whose baseline is already known first (they cost the candidate arm
+                # only), so a direction or futility stop comes before the gate pays both arms.
+                # Which baselines are known depends on which prompts were rolled out, never on
+                # their outcomes: the order stays fixed before the first block.
+                known = deterministic_baseline(ctx, req)
+                order = [q for q in order if q in known] + [q for q in order if q not in known]
+                positions = gate_plan(order, 1, cfg.gate_block, cfg.gate_max_blocks)
+                return GatePlan(positions, "uniform, known baselines first (temperature 0)")
             positions = gate_plan(order, 1, cfg.gate_block, cfg.gate_max_blocks)
             return GatePlan(positions, "uniform (temperature 0)")
         passes = gate_passes(ctx, req.task_type)

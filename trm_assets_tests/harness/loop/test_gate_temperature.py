@@ -214,7 +214,10 @@ def test_temperature_zero_evaluations_reuse_the_same_prompt_and_charge_nothing(
     from trm_assets.harness.loop.runner import current_action, run_action
     from trm_assets.harness.loop.step import evaluate
 
-    for temperature, expect_reuse in (("agent_temperature=0", True), ("agent_temperature=1.0", False)):
+    for temperature, expect_reuse in (
+        ("agent_temperature=0", True),
+        ("agent_temperature=1.0", False),
+    ):
         cfg = tiny_config(*REALISTIC_T0, temperature)
         ws = new_workspace(tmp_path / f"ws{expect_reuse}", cfg)
         with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
@@ -239,3 +242,32 @@ def test_temperature_zero_evaluations_reuse_the_same_prompt_and_charge_nothing(
                 "SELECT count(*) AS n FROM flags WHERE run_id = 't_R' AND kind = 'reuse'"
             )[0]
             assert flags["n"] == len(qs)
+
+
+def test_temperature_zero_plan_with_diagnosis_questions(tmp_path: Path) -> None:
+    """``gate_pool: validation+diagnosis`` at temperature 0: a diagnosis question a step batch
+    has rolled out (its failure may have been shown to the evolver) is never gate evidence, and
+    questions whose baseline is known come first (a stop there costs the candidate arm only)."""
+    from trm_assets.harness.loop.gate import deterministic_baseline
+    from trm_assets.harness.loop.runner import current_action, run_action
+    from trm_assets.harness.loop.step import evaluate
+
+    cfg = tiny_config(*REALISTIC_T0, "gate_pool=validation+diagnosis")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        run_action(ctx, current_action(ctx))  # init: the seed evaluation (validation only)
+        tt = _biggest(ctx)
+        diag = ctx.diagnosis_by_type[tt]
+        assert len(diag) >= 4
+        shown = diag[:2]
+        sv, pv = ctx.paths.skills_version, ctx.paths.prompts_version
+        asyncio.run(evaluate(ctx, "t_e0_s0", sv, pv, [ctx.questions[q] for q in shown], "step"))
+        req = replace(_request(ctx, tt), extra_qids=tuple(diag))
+        plan = SequentialGate().plan(ctx, req)
+        visited = [q for q, _ in plan.positions]
+        assert not set(shown) & set(visited)
+        assert set(visited) == set(req.pool_qids) | (set(diag) - set(shown))
+        known = deterministic_baseline(ctx, req)
+        flags = [q in known for q in visited]
+        assert flags == sorted(flags, reverse=True) and flags[0] and not flags[-1]
+        assert plan.order.startswith("uniform, known baselines first")
