@@ -27,24 +27,20 @@ from trm_assets.defs.partitions import (
 from trm_assets.defs.recording import Event, Recorder, Scope
 from trm_assets.defs.resources import LLMResource
 from trm_assets.domain.errors import TrmError
-from trm_assets.harness.loop.plan import Action, next_action, progress_of
+from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.progress import ProgressReporter
-from trm_assets.harness.loop.slow_update import SLOW_STEPS
+from trm_assets.harness.loop.runner import SLOW_UNITS, UnitDef, planned
 from trm_assets.harness.loop.units import UnitOrderError, run_unit
 from trm_assets.harness.reports.lineage import load_state_dict
-from trm_assets.harness.storage.checkpoint import load_state
 
 AFTER_STOP_TAG = "trm/after_stop"  # "skip": an epoch run queued after an early stop is a no-op
-SLOW_NAMES = [fn.__name__ for fn in SLOW_STEPS]
+SLOW_NAMES = [u.name for u in SLOW_UNITS]
 Unit = dict[str, Any]  # {"epoch": int, "skip": bool}, passed from op to op
 
 
 def planned_action(experiment: Experiment) -> Action:
     """The planner's next unit for the experiment's workspace (``init`` before training)."""
-    cfg = experiment.run_config()
-    state_path = experiment.workspace_dir() / "state.json"
-    state = load_state(state_path, cfg) if state_path.exists() else None
-    return next_action(progress_of(state, cfg))
+    return planned(experiment.workspace_dir() / "state.json", experiment.run_config())
 
 
 def llm_of(context: dg.OpExecutionContext, scope: Scope) -> LLMResource:
@@ -197,13 +193,13 @@ def step_materialization(
 
 def slow_ops(scope: Scope) -> list[dg.OpDefinition]:
     """The ten slow-update functions (SPEC 5.6), one op each, in order."""
-    return [_slow_op(scope, i, fn.__name__, fn.__doc__) for i, fn in enumerate(SLOW_STEPS, 1)]
+    return [_slow_op(scope, i, unit_def) for i, unit_def in enumerate(SLOW_UNITS, 1)]
 
 
-def _slow_op(scope: Scope, index: int, name: str, doc: str | None) -> dg.OpDefinition:
+def _slow_op(scope: Scope, index: int, unit_def: UnitDef) -> dg.OpDefinition:
     @dg.op(
-        name=scope.op_name(name),
-        description=f"Slow update {index}/10: " + (doc or name).strip().splitlines()[0],
+        name=scope.op_name(unit_def.name),
+        description=f"Slow update {index}/10: " + unit_def.doc.splitlines()[0],
         ins={"unit": dg.In(dict)},
         out=dg.Out(dict),
         required_resource_keys={scope.llm_key},

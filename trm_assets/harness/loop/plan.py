@@ -9,7 +9,8 @@ final test evaluation) → ``done``.
 After the slow update of an epoch in which early stop fired, the next unit is ``finalize`` with
 reason ``early_stopped``; ``done`` carries the same reason. :func:`next_action` reads only the
 :class:`Progress` summary of the persisted state, so a restarted process (or a sensor tick)
-computes the same next unit as an uninterrupted run.
+computes the same next unit as an uninterrupted run; :func:`advance` is its inverse, the progress
+a unit's commit records.
 """
 
 from __future__ import annotations
@@ -90,3 +91,23 @@ def progress_of(state: TrainState | None, cfg: RunConfig) -> Progress:
         early_stopped=state.early_stopped,
         finalized=state.finalized,
     )
+
+
+def advance(state: TrainState, done: Action) -> None:
+    """Move the persisted progress past the unit ``done`` (its commit): afterwards
+    :func:`next_action` returns the unit an uninterrupted run executes after it."""
+    if done.kind == "init":
+        state.initialized = True
+    elif done.kind == "step":
+        assert done.step is not None
+        state.next_step = done.step + 1
+    elif done.kind == "slow_update":
+        assert done.epoch is not None and done.slow_step is not None
+        if done.slow_step < N_SLOW_STEPS:
+            state.slow_done = done.slow_step
+        else:  # the epoch is over: the next unit is the next epoch's first step (or finalize)
+            state.epoch, state.next_step, state.slow_done = done.epoch + 1, 0, 0
+    elif done.kind == "finalize":
+        state.finalized = True
+    else:
+        raise ValueError(f"nothing to advance past {done.describe()}")

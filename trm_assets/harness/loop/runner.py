@@ -1,24 +1,31 @@
 """The thin orchestrator (fidelity #13, seed §15 ``Runner.train``): epoch → step → per-skill.
 
-It only asks :func:`~trm_assets.harness.loop.plan.next_action` what comes next and calls the unit:
+It only asks :func:`~trm_assets.harness.loop.plan.next_action` what comes next and runs that
+unit (:func:`run_action`): it opens the unit's session
+(:func:`~trm_assets.harness.loop.session.open_session`), runs the unit's body from the registry
+:data:`UNITS` and commits the session (the unit's one checkpoint), so stopping between any two
+units and resuming ends exactly where an uninterrupted run ends. The registry names every unit:
 ``init`` (:func:`~trm_assets.harness.loop.step.initialize_training`), a step
 (:func:`~trm_assets.harness.loop.step.run_step`, per-skill gating inside), the ten slow-update
 functions (:mod:`trm_assets.harness.loop.slow_update`), and :func:`finalize` (early stop or the last
-epoch: deliver best — current ← best — and evaluate it on the test pool). Every unit checkpoints,
-so stopping between any two units and resuming ends exactly where an uninterrupted run ends.
-Budget (rollouts and tokens per phase) is accounted by the units into the state's ledger.
+epoch: deliver best — current ← best — and evaluate it on the test pool); ``trm train``, the
+Dagster ops (their names and descriptions) and the sensor (through the planner) use it. Budget
+(rollouts and tokens per phase) is accounted by the units into the state's ledger.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.loop.context import LoopContext
-from trm_assets.harness.loop.plan import Action, next_action, progress_of
-from trm_assets.harness.loop.slow_update import SLOW_STEPS, holdout_accuracy, report_epoch
-from trm_assets.harness.loop.step import checkpoint, initialize_training, require_action, run_step
-from trm_assets.harness.storage.checkpoint import TrainState, load_state, open_unit
+from trm_assets.harness.loop.plan import N_SLOW_STEPS, Action, next_action, progress_of
+from trm_assets.harness.loop.session import UnitSession, open_session
+from trm_assets.harness.loop.slow_update import SLOW_STEPS, holdout_accuracy
+from trm_assets.harness.loop.step import initialize_training, run_step
+from trm_assets.harness.storage.checkpoint import TrainState, load_state
 from trm_assets.harness.storage.lock import workspace_lock
 from trm_assets.harness.storage.records import FinalReport
 from trm_assets.harness.storage.workspace import read_best, update_current
@@ -33,37 +40,30 @@ class TrainSummary:
     state: TrainState | None
 
 
+def planned(state_path: Path, cfg: RunConfig) -> Action:
+    """The planner's next unit for the checkpoint at ``state_path`` (``init`` before one)."""
+    return next_action(progress_of(load_state(state_path, cfg), cfg))
+
+
 def current_action(ctx: LoopContext) -> Action:
-    return next_action(progress_of(load_state(ctx.paths.state, ctx.cfg), ctx.cfg))
+    return planned(ctx.paths.state, ctx.cfg)
 
 
-def run_action(ctx: LoopContext, action: Action, *, echo: Echo | None = None) -> None:
-    """Execute one unit of work (the one the planner returned)."""
-    if action.kind == "init":
-        initialize_training(ctx, echo=echo)
-    elif action.kind == "step":
-        assert action.epoch is not None and action.step is not None
-        run_step(ctx, action.epoch, action.step, echo=echo)
-    elif action.kind == "slow_update":
-        assert action.epoch is not None and action.slow_step is not None
-        fn = SLOW_STEPS[action.slow_step - 1]
-        if fn is report_epoch:
-            report_epoch(ctx, action.epoch, echo=echo)
-        else:
-            fn(ctx, action.epoch)
-    elif action.kind == "finalize":
-        finalize(ctx, action, echo=echo)
-    else:
-        raise ValueError(f"nothing to run for {action.describe()}")
+def run_action(ctx: LoopContext, action: Action, *, echo: Echo | None = None) -> object:
+    """Execute one unit of work (the one the planner returned): open its session, run its body,
+    commit. Returns what the body returned (the unit's result record)."""
+    unit = unit_of(action)
+    session = open_session(ctx, action, echo=echo)
+    result = unit.body(session)
+    session.commit()
     for observer in ctx.observers:
         observer.on_unit_done(action)
+    return result
 
 
-def finalize(ctx: LoopContext, action: Action, *, echo: Echo | None = None) -> TrainState:
+def finalize(s: UnitSession) -> FinalReport:
     """Deliver best (current ← best) and evaluate it on the test pool (a report, no decision)."""
-    paths = ctx.paths
-    state = open_unit(ctx.workspace, paths.state, ctx.cfg, paths.baseline_cache, "\0")
-    require_action(ctx, state, action)
+    ctx, state, action = s.ctx, s.state, s.action
     best = read_best(ctx.workspace)
     assert best is not None, "initialize_training always sets a best"
     update_current(ctx.workspace, skills=best.skills, prompts=best.prompts)
@@ -81,24 +81,61 @@ def finalize(ctx: LoopContext, action: Action, *, echo: Echo | None = None) -> T
             best.skills, best.prompts, list(ctx.pools.test)
         ),
     )
-    state.finalized = True
-    checkpoint(ctx, state)
-    if echo is not None:
-        f = state.final
-        echo(
-            f"delivered best {best.skills}/{best.prompts} ({action.reason}): val "
-            f"{_f(f.val_accuracy)}, test {_f(f.test_accuracy)}"
-            + (
-                f" (expected val {_f(f.val_expected_accuracy)}, SIMULATED)"
-                if f.val_expected_accuracy is not None
-                else ""
-            )
+    f = state.final
+    s.say(
+        f"delivered best {best.skills}/{best.prompts} ({action.reason}): val "
+        f"{_f(f.val_accuracy)}, test {_f(f.test_accuracy)}"
+        + (
+            f" (expected val {_f(f.val_expected_accuracy)}, SIMULATED)"
+            if f.val_expected_accuracy is not None
+            else ""
         )
-    return state
+    )
+    return f
 
 
 def _f(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
+
+
+# ------------------------------------------------------------------------------------------------
+# the registry of units
+
+
+@dataclass(frozen=True)
+class UnitDef:
+    """One kind of unit of work: its name (a Dagster op's), its description and its body (run on
+    the opened session; the runner commits)."""
+
+    name: str
+    doc: str
+    body: Callable[[UnitSession], object]
+
+
+def _unit_def(body: Callable[[UnitSession], object]) -> UnitDef:
+    return UnitDef(body.__name__, (body.__doc__ or body.__name__).strip(), body)
+
+
+INIT_UNIT = UnitDef("init", (initialize_training.__doc__ or "").strip(), initialize_training)
+STEP_UNIT = UnitDef("step", (run_step.__doc__ or "").strip(), run_step)
+SLOW_UNITS: tuple[UnitDef, ...] = tuple(_unit_def(fn) for fn in SLOW_STEPS)  # fidelity #13's order
+FINALIZE_UNIT = UnitDef("finalize", (finalize.__doc__ or "").strip(), finalize)
+UNITS: tuple[UnitDef, ...] = (INIT_UNIT, STEP_UNIT, *SLOW_UNITS, FINALIZE_UNIT)
+assert len(SLOW_UNITS) == N_SLOW_STEPS  # the planner counts the same ten
+
+
+def unit_of(action: Action) -> UnitDef:
+    """The registry's entry for a planned unit (``done`` has none)."""
+    if action.kind == "init":
+        return INIT_UNIT
+    if action.kind == "step":
+        return STEP_UNIT
+    if action.kind == "slow_update":
+        assert action.slow_step is not None
+        return SLOW_UNITS[action.slow_step - 1]
+    if action.kind == "finalize":
+        return FINALIZE_UNIT
+    raise ValueError(f"nothing to run for {action.describe()}")
 
 
 def train(

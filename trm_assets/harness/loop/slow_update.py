@@ -26,9 +26,11 @@ ten separate functions, in this order:
                                           ``gate_epoch_observed``; next epoch
 ==  ===================================  =========================================================
 
-Each function takes ``(ctx, epoch)``, reads what it needs from the persisted state (so it runs
-alone after a process restart: one Dagster op each), refuses to run out of order, does its work,
-persists its result in the checkpoint and returns a :class:`SlowStepResult`. The test pool is
+Each function is the body of one unit of work (one Dagster op each): it takes the opened
+:class:`~trm_assets.harness.loop.session.UnitSession` (the runner refused it out of order and
+commits it), reads what it needs from the persisted state (so it runs alone after a process
+restart), keeps its output record in ``state.slow``
+(:class:`~trm_assets.harness.storage.records.SlowRecords`) and returns it. The test pool is
 used only by step 9 (a report; never a decision).
 
 Why it is long: it holds the ten slow-update functions of fidelity item #13 in their fixed order,
@@ -38,8 +40,8 @@ each a unit of work with its own checkpoint.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from trm_assets.domain.edits import edit_budget_end
@@ -54,22 +56,15 @@ from trm_assets.evolution.evolve import (
 from trm_assets.evolution.momentum import update_momentum
 from trm_assets.evolution.types import text_hash
 from trm_assets.harness.loop.context import LoopContext
-from trm_assets.harness.loop.plan import Action
+from trm_assets.harness.loop.session import UnitSession
 from trm_assets.harness.loop.step import (
     charge_calls,
     charge_inference,
-    checkpoint,
     evaluate,
     outcomes_by_qid,
-    require_action,
     sample_index,
 )
-from trm_assets.harness.storage.checkpoint import (
-    CheckpointError,
-    TrainState,
-    encode_record,
-    open_unit,
-)
+from trm_assets.harness.storage.checkpoint import CheckpointError, TrainState, encode_record
 from trm_assets.harness.storage.ladder_store import load_or_new_ladder, save_ladder
 from trm_assets.harness.storage.observation import mixed_score, nullable_score, write_rows
 from trm_assets.harness.storage.records import (
@@ -104,16 +99,6 @@ Echo = Callable[[str], None]
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class SlowStepResult:
-    """What one slow-update function did (its record is also persisted in ``state.slow``)."""
-
-    epoch: int
-    index: int
-    name: str
-    outputs: object  # the function's record (harness/storage/records.py)
-
-
 async def _or_none_on_infra(call: Awaitable[T]) -> T | None:
     """An evolve/momentum call whose model failed for infrastructure reasons proposes nothing
     (the previous text is kept); any other exception is a bug and propagates."""
@@ -121,31 +106,6 @@ async def _or_none_on_infra(call: Awaitable[T]) -> T | None:
         return await call
     except InfraError:
         return None
-
-
-def _open(ctx: LoopContext, epoch: int, index: int) -> TrainState:
-    paths = ctx.paths
-    state = open_unit(
-        ctx.workspace, paths.state, ctx.cfg, paths.baseline_cache, f"{ctx.base}_e{epoch}_slow_"
-    )
-    require_action(ctx, state, Action("slow_update", epoch=epoch, slow_step=index))
-    return state
-
-
-# the field of SlowRecords each function writes, by index
-_RECORD_OF: tuple[str, ...] = (
-    "r", "dual_metric", "write_back", "probations", "best_r",
-    "momentum", "prompts", "r2", "report", "ladder",
-)  # fmt: skip
-
-
-def _close(ctx: LoopContext, state: TrainState, index: int, slow: SlowRecords) -> SlowStepResult:
-    """Keep the slow-update records with the function's output, mark it done, checkpoint."""
-    state.slow = slow
-    state.slow_done = index
-    checkpoint(ctx, state)
-    name = _RECORD_OF[index - 1]
-    return SlowStepResult(state.epoch, index, name, getattr(slow, name))
 
 
 def _need(value: T | None, name: str) -> T:
@@ -163,9 +123,9 @@ def _val_expected(ctx: LoopContext, skills: str, prompts: str) -> float | None:
 # 1 ----------------------------------------------------------------------------------------------
 
 
-def snapshot_and_rerun_validation(ctx: LoopContext, epoch: int) -> SlowStepResult:
+def snapshot_and_rerun_validation(s: UnitSession) -> RunRef:
     """SPEC 5.6 step 1: snapshot the current versions and re-run the full validation pool (R)."""
-    state = _open(ctx, epoch, 1)
+    ctx, state, epoch = s.ctx, s.state, s.epoch
     paths = ctx.paths
     sv, pv = paths.skills_version, paths.prompts_version
     run_id = f"{ctx.base}_e{epoch}_R"
@@ -173,18 +133,19 @@ def snapshot_and_rerun_validation(ctx: LoopContext, epoch: int) -> SlowStepResul
     charge_inference(state, f"e{epoch}", "R", res)
     state.slow = replace(state.slow, r_outcomes=outcomes_by_qid(res))
     out = RunRef(run_id, sv, pv, res.accuracy, n=res.n)
-    return _close(ctx, state, 1, replace(state.slow, r=out))
+    state.slow = replace(state.slow, r=out)
+    return out
 
 
 # 2 ----------------------------------------------------------------------------------------------
 
 
-def record_dual_metric(ctx: LoopContext, epoch: int) -> SlowStepResult:
+def record_dual_metric(s: UnitSession) -> DualMetric:
     """SPEC 5.6 step 2: hard/soft/mixed metrics of R → ``dual_metric_eval`` (+ ``shadow_gate``).
 
     No provider reports a per-question soft score, so soft and mixed are NULL (never 0) and the
     mixed shadow of the best argmax stays undecided (NULL)."""
-    state = _open(ctx, epoch, 2)
+    ctx, state, epoch = s.ctx, s.state, s.epoch
     r = _need(state.slow.r, "r")
     soft: float | None = None
     mixed = mixed_score(r.accuracy, soft)
@@ -220,34 +181,36 @@ def record_dual_metric(ctx: LoopContext, epoch: int) -> SlowStepResult:
             }
         ],
     )
-    return _close(
-        ctx, state, 2, replace(state.slow, dual_metric=DualMetric(hard=r.accuracy, soft=soft))
-    )
+    out = DualMetric(hard=r.accuracy, soft=soft)
+    state.slow = replace(state.slow, dual_metric=out)
+    return out
 
 
 # 3 ----------------------------------------------------------------------------------------------
 
 
-def write_back_r_correctness(ctx: LoopContext, epoch: int) -> SlowStepResult:
+def write_back_r_correctness(s: UnitSession) -> WriteBack:
     """SPEC 5.6 step 3: R's per-question outcomes replace ``correctness`` unconditionally."""
-    state = _open(ctx, epoch, 3)
+    state = s.state
     outcomes = _need(state.slow.r_outcomes, "r_outcomes")
     for qid in sorted(outcomes):
         state.correctness[qid] = outcomes[qid]
-    return _close(ctx, state, 3, replace(state.slow, write_back=WriteBack(n=len(outcomes))))
+    out = WriteBack(n=len(outcomes))
+    state.slow = replace(state.slow, write_back=out)
+    return out
 
 
 # 4 ----------------------------------------------------------------------------------------------
 
 
-def settle_probations(ctx: LoopContext, epoch: int) -> SlowStepResult:
+def settle_probations(s: UnitSession) -> Mapping[str, ProbationSettlement]:
     """SPEC 5.6 step 4 / GATE §7: each open probation against R on the type's whole validation pool.
 
     ROLLBACK is a file-level revert (the anchor version's content promoted as a *new* version; the
     manifest is not rewound) and the type's correctness is overwritten from the anchor (overriding
     step 3). KEEP, KEEP_CONFIRMED and DEFER close the probation (a DEFER has no evidence for a
     rollback; with a fixed pool it would never get more)."""
-    state = _open(ctx, epoch, 4)
+    ctx, state, epoch = s.ctx, s.state, s.epoch
     outcomes = _need(state.slow.r_outcomes, "r_outcomes")
     r = _need(state.slow.r, "r")
     r_default = text_hash(ctx.skills(r.skills_version).get(DEFAULT_SKILL_FILE, ""))
@@ -290,7 +253,8 @@ def settle_probations(ctx: LoopContext, epoch: int) -> SlowStepResult:
             state.count("rolled_back")
         settled[name] = entry
         del state.probations[name]
-    return _close(ctx, state, 4, replace(state.slow, probations=settled))
+    state.slow = replace(state.slow, probations=settled)
+    return settled
 
 
 # 5 ----------------------------------------------------------------------------------------------
@@ -314,22 +278,23 @@ def _maybe_best(ctx: LoopContext, run: RunRef) -> bool:
     return False
 
 
-def update_best_from_r(ctx: LoopContext, epoch: int) -> SlowStepResult:
+def update_best_from_r(s: UnitSession) -> BestFromR:
     """SPEC 5.6 step 5: best argmax against R's version pair (strictly greater to replace)."""
-    state = _open(ctx, epoch, 5)
+    ctx, state = s.ctx, s.state
     replaced = _maybe_best(ctx, _need(state.slow.r, "r"))
     out = BestFromR(replaced=replaced, best=read_best(ctx.workspace))
-    return _close(ctx, state, 5, replace(state.slow, best_r=out))
+    state.slow = replace(state.slow, best_r=out)
+    return out
 
 
 # 6 ----------------------------------------------------------------------------------------------
 
 
-def apply_momentum(ctx: LoopContext, epoch: int) -> SlowStepResult:
+def apply_momentum(s: UnitSession) -> MomentumOutcome:
     """SPEC 5.6 step 6: per task type changed this epoch, the (epoch start, now) pairs → momentum
     guidance into the skill's protected block; all updates form ONE new immutable version (none →
     no version). A parse failure keeps the previous guidance (the evolution call's rule)."""
-    state = _open(ctx, epoch, 6)
+    ctx, state, epoch = s.ctx, s.state, s.epoch
     paths = ctx.paths
     store = skill_store(paths)
     template = load_evolve_prompts(prompt_store(paths)).momentum
@@ -379,16 +344,17 @@ def apply_momentum(ctx: LoopContext, epoch: int) -> SlowStepResult:
     out = MomentumOutcome(
         updated=tuple(sorted(changes)), skills_version=version, new_version=bool(changes)
     )
-    return _close(ctx, state, 6, replace(state.slow, momentum=out))
+    state.slow = replace(state.slow, momentum=out)
+    return out
 
 
 # 7 ----------------------------------------------------------------------------------------------
 
 
-def evolve_system_and_tools(ctx: LoopContext, epoch: int) -> SlowStepResult:
+def evolve_system_and_tools(s: UnitSession) -> PromptsEvolution:
     """SPEC 5.6 step 7: the system prompt and tool descriptions evolve from the epoch's packs with
     the end-of-run edit budget; applied changes form ONE new prompts version."""
-    state = _open(ctx, epoch, 7)
+    ctx, state, epoch = s.ctx, s.state, s.epoch
     paths = ctx.paths
     prompts = prompt_store(paths)
     templates = load_evolve_prompts(prompts)
@@ -443,20 +409,21 @@ def evolve_system_and_tools(ctx: LoopContext, epoch: int) -> SlowStepResult:
             edits=edits,
         ).version
     out = PromptsEvolution(before=before, after=after, changed=tuple(sorted(changes)))
-    return _close(ctx, state, 7, replace(state.slow, prompts=out))
+    state.slow = replace(state.slow, prompts=out)
+    return out
 
 
 # 8 ----------------------------------------------------------------------------------------------
 
 
-def r2_closed_loop(ctx: LoopContext, epoch: int) -> SlowStepResult:
+def r2_closed_loop(s: UnitSession) -> R2Outcome:
     """SPEC 5.6 step 8: R2 on (r2_skills_version, new_prompts_version) — never R's versions.
 
     Runs only when step 6 or 7 made a new version. If the prompts changed and R2's accuracy is
     below R's, the prompts are reverted (file-level, a new version) and R2 is discarded. Otherwise
     R2 is kept: its correctness is written back, it becomes the latest evaluation (eval_prev) and
     the best argmax is taken against R2's version pair."""
-    state = _open(ctx, epoch, 8)
+    ctx, state, epoch = s.ctx, s.state, s.epoch
     r, prompts = _need(state.slow.r, "r"), _need(state.slow.prompts, "prompts")
     paths = ctx.paths
     r2_sv, new_pv = paths.skills_version, paths.prompts_version
@@ -490,7 +457,8 @@ def r2_closed_loop(ctx: LoopContext, epoch: int) -> SlowStepResult:
     state.eval_prev_acc, state.eval_prev_run_id = latest.accuracy, latest.run_id
     state.baseline_skills_version = latest.skills_version
     state.baseline_prompts_version = latest.prompts_version
-    return _close(ctx, state, 8, replace(state.slow, r2=out))
+    state.slow = replace(state.slow, r2=out)
+    return out
 
 
 # 9 ----------------------------------------------------------------------------------------------
@@ -507,11 +475,11 @@ def _label(before: list[bool | None], after: list[bool | None]) -> str:
     return "improved" if b > a else "regressed"
 
 
-def report_epoch(ctx: LoopContext, epoch: int, *, echo: Echo | None = None) -> SlowStepResult:
+def report_epoch(s: UnitSession) -> EpochReportOutcome:
     """SPEC 5.6 step 9: three-state labels per task type, the epoch report, the four-way
     held-out report on the test pool (seed, epoch start, current, best) and the early-stop
     counter. The test pool is read here only, for reporting."""
-    state = _open(ctx, epoch, 9)
+    ctx, state, epoch = s.ctx, s.state, s.epoch
     scope = f"e{epoch}"
     labels = {
         t: _label(
@@ -630,19 +598,19 @@ def report_epoch(ctx: LoopContext, epoch: int, *, echo: Echo | None = None) -> S
             }
         ],
     )
-    if echo is not None:
-        exp = summary.val_expected_accuracy
-        echo(
-            f"epoch {epoch} done: val {_f(state.eval_prev_acc)}"
-            + (f" (expected {_f(exp)}, SIMULATED)" if exp is not None else "")
-            + f", test {_f(summary.test_accuracy)}; accepted {summary.accepted}, rejected "
-            f"{summary.rejected}, rolled back {summary.rolled_back}, gates "
-            f"{summary.gates}; best {m.best.skills}/{m.best.prompts} "
-            f"({_f(m.best.val_accuracy)}); {rollouts} rollouts, {tokens} tokens"
-            + ("; early stop" if state.early_stopped else "")
-        )
+    exp = summary.val_expected_accuracy
+    s.say(
+        f"epoch {epoch} done: val {_f(state.eval_prev_acc)}"
+        + (f" (expected {_f(exp)}, SIMULATED)" if exp is not None else "")
+        + f", test {_f(summary.test_accuracy)}; accepted {summary.accepted}, rejected "
+        f"{summary.rejected}, rolled back {summary.rolled_back}, gates "
+        f"{summary.gates}; best {m.best.skills}/{m.best.prompts} "
+        f"({_f(m.best.val_accuracy)}); {rollouts} rollouts, {tokens} tokens"
+        + ("; early stop" if state.early_stopped else "")
+    )
     out = EpochReportOutcome(labels=labels, holdout=holdout, early_stopped=state.early_stopped)
-    return _close(ctx, state, 9, replace(state.slow, report=out))
+    state.slow = replace(state.slow, report=out)
+    return out
 
 
 def _infra_failures(ctx: LoopContext, epoch: int) -> int:
@@ -707,10 +675,10 @@ def ladder_sources(ctx: LoopContext, epoch: int, r2_kept: bool) -> list[str]:
     return sources
 
 
-def refresh_ladder(ctx: LoopContext, epoch: int) -> SlowStepResult:
+def refresh_ladder(s: UnitSession) -> LadderRefresh:
     """SPEC 5.6 step 10: fold the three sources into the ladder (atomic write), switch the ladder
     to warm order (``gate_epoch_observed``) and move the progress to the next epoch."""
-    state = _open(ctx, epoch, 10)
+    ctx, state, epoch = s.ctx, s.state, s.epoch
     paths = ctx.paths
     tasks = {q: ctx.questions[q].task_type for q in ctx.pools.validation}
     ladder = load_or_new_ladder(paths.ladder, tasks, ctx.ladder_params())
@@ -725,16 +693,10 @@ def refresh_ladder(ctx: LoopContext, epoch: int) -> SlowStepResult:
     state.gate_epoch_observed = True
     out = LadderRefresh(sources=tuple(sources))
     state.slow = replace(state.slow, ladder=out)
-    state.slow_done = 10
-    # the epoch is over: the next unit is the next epoch's first step (or finalize)
-    state.epoch = epoch + 1
-    state.next_step = 0
-    state.slow_done = 0
-    checkpoint(ctx, state)
-    return SlowStepResult(epoch, 10, "ladder", out)
+    return out  # the commit moves the progress to the next epoch (plan.advance)
 
 
-SLOW_STEPS: tuple[Callable[..., SlowStepResult], ...] = (
+SLOW_STEPS: tuple[Callable[[UnitSession], object], ...] = (
     snapshot_and_rerun_validation,
     record_dual_metric,
     write_back_r_correctness,

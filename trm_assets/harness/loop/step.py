@@ -15,7 +15,7 @@ A step, in order:
    observed correctness, clear the skill's rejected buffer, open/extend a probation — never for
    ``default-strategy.md``), **reject** (only ``applied`` edits enter the rejected buffer,
    cooldown) or **abort** (INFRA / no ladder: cooldown only);
-5. decrement cooldowns and checkpoint.
+5. decrement cooldowns (the runner then commits the unit: its one checkpoint).
 
 Every function here is synchronous (``asyncio.run`` inside) so a Dagster op can call it.
 
@@ -53,17 +53,9 @@ from trm_assets.harness.loop.gate import (
     ValidationOutcome,
     validate_candidate_skill,
 )
-from trm_assets.harness.loop.plan import Action, next_action, progress_of
 from trm_assets.harness.loop.rollouts import InferenceResult
-from trm_assets.harness.storage.checkpoint import (
-    CheckpointError,
-    Probation,
-    TrainState,
-    load_state,
-    new_state,
-    open_unit,
-    save_state,
-)
+from trm_assets.harness.loop.session import UnitSession
+from trm_assets.harness.storage.checkpoint import Probation, TrainState
 from trm_assets.harness.storage.ladder_store import load_or_new_ladder, save_ladder
 from trm_assets.harness.storage.observation import write_rows
 from trm_assets.harness.storage.records import EpochCounters, SeedEval, SlowRecords
@@ -169,33 +161,15 @@ def outcomes_by_qid(res: InferenceResult) -> dict[str, bool | None]:
     return {p.question_id: p.outcome for p in sorted(res.predictions, key=lambda p: p.question_id)}
 
 
-def require_action(ctx: LoopContext, state: TrainState, expected: Action) -> None:
-    """Refuse to run a unit the planner would not run next (out of order / already done)."""
-    got = next_action(progress_of(state, ctx.cfg))
-    if got != expected:
-        raise CheckpointError(
-            f"{ctx.paths.state}: the next unit of work is {got.describe()}, not "
-            f"{expected.describe()}; run units in the planner's order (`trm train --resume`)"
-        )
-
-
-def checkpoint(ctx: LoopContext, state: TrainState) -> None:
-    ctx.log.flush()
-    save_state(ctx.paths.state, state, ctx.workspace)
-
-
 # ------------------------------------------------------------------------------------------------
 # init
 
 
-def initialize_training(ctx: LoopContext, *, echo: Echo | None = None) -> TrainState:
+def initialize_training(s: UnitSession) -> SeedEval:
     """Seed evaluation on the validation pool (run ``{base}_init``): correctness, the cold ladder
     (one observation per question), the first best (the seed skills) and the state file."""
+    ctx, state = s.ctx, s.state
     paths = ctx.paths
-    existing = load_state(paths.state, ctx.cfg)
-    if existing is not None and existing.initialized:
-        raise CheckpointError(f"{paths.state}: training is already initialised")
-    state = new_state(ctx.cfg)
     sv, pv = paths.skills_version, paths.prompts_version
     run_id = f"{ctx.base}_init"
     res = asyncio.run(evaluate(ctx, run_id, sv, pv, ctx.pool_questions("validation"), "seed_eval"))
@@ -216,15 +190,12 @@ def initialize_training(ctx: LoopContext, *, echo: Echo | None = None) -> TrainS
         val_accuracy=res.accuracy,
         val_expected_accuracy=ctx.expected_accuracy(sv, pv, list(ctx.pools.validation)),
     )
-    state.initialized = True
-    checkpoint(ctx, state)
-    if echo is not None:
-        exp = state.seed_eval.val_expected_accuracy
-        echo(
-            f"init: seed skills {sv}/{pv} val accuracy {_fmt(res.accuracy)}"
-            + (f" (expected {_fmt(exp)}, SIMULATED)" if exp is not None else "")
-        )
-    return state
+    exp = state.seed_eval.val_expected_accuracy
+    s.say(
+        f"init: seed skills {sv}/{pv} val accuracy {_fmt(res.accuracy)}"
+        + (f" (expected {_fmt(exp)}, SIMULATED)" if exp is not None else "")
+    )
+    return state.seed_eval
 
 
 def _fmt(x: float | None) -> str:
@@ -267,17 +238,9 @@ def begin_epoch(ctx: LoopContext, state: TrainState, epoch: int) -> None:
 # the step
 
 
-def run_step(ctx: LoopContext, epoch: int, step: int, *, echo: Echo | None = None) -> StepResult:
-    """Run step ``step`` of epoch ``epoch`` and checkpoint (the planner's next unit only)."""
-    paths = ctx.paths
-    state = open_unit(
-        ctx.workspace,
-        paths.state,
-        ctx.cfg,
-        paths.baseline_cache,
-        f"{ctx.base}_e{epoch}_s{step}_gate_",
-    )
-    require_action(ctx, state, Action("step", epoch=epoch, step=step))
+def run_step(s: UnitSession) -> StepResult:
+    """Step ``s.step`` of epoch ``s.epoch`` (the runner opened the unit and commits it)."""
+    ctx, state, epoch, step, echo = s.ctx, s.state, s.epoch, s.step, s.echo
     _check_ladder(ctx)  # a corrupt ladder fails before any rollout is recorded
     if state.epoch_started < epoch:
         begin_epoch(ctx, state, epoch)
@@ -286,16 +249,13 @@ def run_step(ctx: LoopContext, epoch: int, step: int, *, echo: Echo | None = Non
         state.gate_cooldown[name] -= 1
         if state.gate_cooldown[name] <= 0:
             del state.gate_cooldown[name]
-    state.next_step = step + 1
-    checkpoint(ctx, state)
-    if echo is not None:
-        acts = [r.action for r in result.reports]
-        n_acc, n_rej, n_abort = acts.count("accept"), acts.count("reject"), acts.count("abort")
-        echo(
-            f"epoch {epoch} step {step}: batch {result.n} acc {_fmt(result.accuracy)}; "
-            f"accepted {n_acc}, rejected {n_rej}, aborted {n_abort}, "
-            f"skipped {len(acts) - n_acc - n_rej - n_abort}; skills {result.skills_version}"
-        )
+    acts = [r.action for r in result.reports]
+    n_acc, n_rej, n_abort = acts.count("accept"), acts.count("reject"), acts.count("abort")
+    s.say(
+        f"epoch {epoch} step {step}: batch {result.n} acc {_fmt(result.accuracy)}; "
+        f"accepted {n_acc}, rejected {n_rej}, aborted {n_abort}, "
+        f"skipped {len(acts) - n_acc - n_rej - n_abort}; skills {result.skills_version}"
+    )
     return result
 
 

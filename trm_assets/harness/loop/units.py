@@ -43,10 +43,14 @@ def unit_rank(action: Action, cfg: RunConfig) -> tuple[int, int]:
 
 def unit_status(ctx: LoopContext, unit: Action) -> UnitStatus:
     """``done`` (already run: re-running must be a no-op), ``next``, or ``later``."""
-    nxt = current_action(ctx)
+    return status_against(unit, current_action(ctx), ctx.cfg)
+
+
+def status_against(unit: Action, nxt: Action, cfg: RunConfig) -> UnitStatus:
+    """:func:`unit_status` when the planner's next unit is ``nxt``."""
     if nxt.kind == "done":
         return "done"
-    a, b = unit_rank(unit, ctx.cfg), unit_rank(nxt, ctx.cfg)
+    a, b = unit_rank(unit, cfg), unit_rank(nxt, cfg)
     if a < b:
         return "done"
     return "next" if a == b else "later"
@@ -74,17 +78,17 @@ def _run_unit(ctx: LoopContext, unit: Action, *, echo: Echo | None = None) -> bo
     Returns False when the unit had already run (idempotent re-execution), True when it ran.
     Raises :class:`UnitOrderError` when earlier units are still pending.
     """
-    status = unit_status(ctx, unit)
-    if status == "done":
-        return False
     nxt = current_action(ctx)
     if nxt.kind == "init" and unit.kind == "step" and (unit.epoch, unit.step) == (0, 0):
         run_action(ctx, nxt, echo=echo)
-        status = unit_status(ctx, unit)
+        nxt = current_action(ctx)
+    status = status_against(unit, nxt, ctx.cfg)
+    if status == "done":
+        return False
     if status != "next":
         raise UnitOrderError(
             f"{ctx.workspace}: cannot run {unit.describe()} yet; the next unit is "
-            f"{current_action(ctx).describe()} (run it first, or let the epoch sensor / "
+            f"{nxt.describe()} (run it first, or let the epoch sensor / "
             "`trm train --resume` drive the order)"
         )
     run_action(ctx, unit, echo=echo)

@@ -93,13 +93,9 @@ from trm_assets.harness.loop.context import LoopContext, loop_context
 from trm_assets.harness.loop.gate import GateRequest, ValidationOutcome, validate_candidate_skill
 from trm_assets.harness.loop.observer import LoopObserver
 from trm_assets.harness.loop.plan import Action, Progress, next_action
-from trm_assets.harness.loop.slow_update import ladder_sources, record_dual_metric
-from trm_assets.harness.loop.step import (
-    apply_accept,
-    apply_reject,
-    begin_epoch,
-    initialize_training,
-)
+from trm_assets.harness.loop.runner import run_action
+from trm_assets.harness.loop.slow_update import ladder_sources
+from trm_assets.harness.loop.step import apply_accept, apply_reject, begin_epoch
 from trm_assets.harness.storage import cache_store as bcs
 from trm_assets.harness.storage.checkpoint import (
     SEED_FIELDS,
@@ -427,7 +423,9 @@ EDITS = [
 def test_accept_semantics(tmp_path: Path) -> None:
     ws, cfg = _fresh_ctx(tmp_path)
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
-        state = initialize_training(ctx)
+        run_action(ctx, Action("init"))
+        state = load_state(ctx.paths.state, cfg)
+        assert state is not None
         tt = _biggest_type(ctx)
         name = skill_file_name(tt)
         qids = ctx.validation_by_type[tt]
@@ -487,9 +485,9 @@ def test_reject_and_abort_semantics(tmp_path: Path) -> None:
 def test_slow_update_refuses_out_of_order(tmp_path: Path) -> None:
     ws, cfg = _fresh_ctx(tmp_path)
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
-        initialize_training(ctx)
+        run_action(ctx, Action("init"))
         with pytest.raises(CheckpointError, match="step \\(epoch 0, step 0\\)"):
-            record_dual_metric(ctx, 0)
+            run_action(ctx, Action("slow_update", epoch=0, slow_step=2))
 
 
 def test_probation_rollback_is_a_file_level_revert(tiny_run: tuple[Path, list[Path]]) -> None:
@@ -581,7 +579,7 @@ def test_kill_mid_unit_and_resume_is_identical(
     monkeypatch: pytest.MonkeyPatch,
     where: str,
 ) -> None:
-    from trm_assets.harness.loop import slow_update, step
+    from trm_assets.harness.loop import session, step
 
     reference = digest(tiny_run[0])
     cfg = tiny_config()
@@ -603,14 +601,15 @@ def test_kill_mid_unit_and_resume_is_identical(
 
         monkeypatch.setattr(validate_mod, "pair_block", pair_then_die)
     else:  # the momentum version exists, the slow step's checkpoint does not
-        real_close = slow_update._close
+        real_commit = session.UnitSession.commit
 
-        def close_or_die(ctx: Any, state: Any, index: int, slow: Any) -> Any:
-            if index == 6 and slow.momentum.new_version:
+        def commit_or_die(s: session.UnitSession) -> None:
+            momentum = s.state.slow.momentum
+            if s.action.slow_step == 6 and momentum is not None and momentum.new_version:
                 raise _Killed
-            return real_close(ctx, state, index, slow)
+            real_commit(s)
 
-        monkeypatch.setattr(slow_update, "_close", close_or_die)
+        monkeypatch.setattr(session.UnitSession, "commit", commit_or_die)
     with pytest.raises(_Killed):
         run_to_end(ws, cfg)
     monkeypatch.undo()
