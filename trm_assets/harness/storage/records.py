@@ -213,12 +213,18 @@ class EpochSummary:
     """One row of ``history``: what the epoch's report (slow update 9) summarised."""
 
     epoch: int
+    labels: Mapping[str, str]  # task type → improved | regressed | unchanged
+    holdout: Mapping[str, HoldoutEval]  # seed, epoch_start, current, best on the test pool
+    best: BestSummary
+    early_stopped: bool
+    # the latest validation evaluation (R, or a kept R2) and the current pair on the test pool
     val_accuracy: float | None
     val_run_id: str | None
     val_skills_version: str
     val_prompts_version: str
     test_accuracy: float | None
     val_expected_accuracy: float | None
+    # the epoch's decisions (its EpochCounters), their expected false accepts, what it cost
     accepted: int
     rejected: int
     rolled_back: int
@@ -228,10 +234,6 @@ class EpochSummary:
     rollouts: int
     tokens: int
     infra_failures: int
-    labels: Mapping[str, str]
-    holdout: Mapping[str, HoldoutEval]
-    best: BestSummary
-    early_stopped: bool
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 import duckdb
 import pandas as pd
@@ -404,20 +404,22 @@ def write_version(
     return meta
 
 
+class VersionNote(TypedDict, total=False):
+    """Why a version was derived from its parent (:func:`write_version`'s meta arguments)."""
+
+    reason: Required[str]
+    edits: Sequence[Mapping[str, Any]]
+    extra: Mapping[str, Any] | None
+
+
 def advance_version(
-    root: str | Path,
-    parent: str,
-    changes: Mapping[str, str],
-    *,
-    reason: str,
-    edits: Sequence[Mapping[str, Any]] = (),
-    extra: Mapping[str, Any] | None = None,
+    root: str | Path, parent: str, changes: Mapping[str, str], **note: Unpack[VersionNote]
 ) -> VersionMeta:
     """New version = ``parent``'s files with ``changes`` (relative path → new text) applied."""
     files = read_version_files(root, parent)
     for name, text in changes.items():
         files[check_relative_name(name)] = text
-    return write_version(root, files, parent=parent, reason=reason, edits=edits, extra=extra)
+    return write_version(root, files, parent=parent, **note)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ manifest (resume equivalence, SPEC 5.7); times live in version meta only.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -28,7 +27,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -41,6 +40,7 @@ from trm_assets.harness.storage.versions import (
     Seed,
     StoreError,
     VersionMeta,
+    VersionNote,
     advance_version,
     check_relative_name,
     parse_version,
@@ -421,15 +421,10 @@ def check_run_log(workspace: str | Path) -> None:
 
 
 def advance_current(
-    workspace: str | Path,
-    kind: StoreKind,
-    changes: Mapping[str, str],
-    *,
-    reason: str,
-    edits: Sequence[Mapping[str, Any]] = (),
-    extra: Mapping[str, Any] | None = None,
+    workspace: str | Path, kind: StoreKind, changes: Mapping[str, str], **note: Unpack[VersionNote]
 ) -> VersionMeta:
-    """Write a new immutable version = current + ``changes`` and move the current pointer to it.
+    """Write a new immutable version = current + ``changes`` and move the current pointer to it
+    (``note``: the new version's reason, edits and extra meta).
 
     A crash between the two steps leaves an orphan version that is never current (harmless:
     ``next_version`` skips it) — never a current pointer to a missing version.
@@ -438,7 +433,7 @@ def advance_current(
     m = read_manifest(ws)
     root = store_roots(ws)[0 if kind == "skills" else 1]
     parent = m.current.skills if kind == "skills" else m.current.prompts
-    meta = advance_version(root, parent, changes, reason=reason, edits=edits, extra=extra)
+    meta = advance_version(root, parent, changes, **note)
     update_current(ws, **{kind: meta.version})
     return meta
 
@@ -602,67 +597,49 @@ class InitResult:
     archived: Path | None  # where a previous workspace was moved, if any
 
 
-def _create(
-    workspace: Path,
-    skills: Mapping[str, str],
-    prompts: Mapping[str, str],
-    *,
-    questions_ref: str,
-    reason: str,
-    extra: Mapping[str, Any],
-    seed: SeedRef | None,
-    config_yaml: str | None,
-    config_fingerprint: str | None,
-) -> InitResult:
-    write = functools.partial(
-        _write_new,
-        workspace,
-        skills,
-        prompts,
-        questions_ref=questions_ref,
-        reason=reason,
-        extra=extra,
-        seed=seed,
-        config_yaml=config_yaml,
-        config_fingerprint=config_fingerprint,
-    )
+@dataclass(frozen=True)
+class _NewWorkspace:
+    """What a new workspace is made of: its ``v1`` files, questions, provenance and config."""
+
+    skills: Mapping[str, str]
+    prompts: Mapping[str, str]
+    questions_ref: str
+    reason: str
+    extra: Mapping[str, Any]
+    seed: SeedRef | None
+    config_yaml: str | None
+    config_fingerprint: str | None
+
+
+def _create(workspace: Path, new: _NewWorkspace) -> InitResult:
     _check_target(workspace)  # before the lock: never leave a lock file in a foreign directory
     # One writer (issue 18.1): an existing workspace is moved aside only while nobody trains it
     # (its lock moves with it), and the new one is written under its own lock.
     with workspace_lock(workspace, command=INIT_COMMAND, create=True):
         archived = _archive_existing(workspace)
         if archived is None:
-            return InitResult(write(), None)
+            return InitResult(_write_new(workspace, new), None)
     with workspace_lock(workspace, command=INIT_COMMAND, create=True):
-        return InitResult(write(), archived)
+        return InitResult(_write_new(workspace, new), archived)
 
 
-def _write_new(
-    workspace: Path,
-    skills: Mapping[str, str],
-    prompts: Mapping[str, str],
-    *,
-    questions_ref: str,
-    reason: str,
-    extra: Mapping[str, Any],
-    seed: SeedRef | None,
-    config_yaml: str | None,
-    config_fingerprint: str | None,
-) -> ResolvedPaths:
+def _write_new(workspace: Path, new: _NewWorkspace) -> ResolvedPaths:
     skills_root, prompts_root = store_roots(workspace)
-    s_meta = write_version(skills_root, skills, parent=None, reason=reason, extra=extra)
-    p_meta = write_version(prompts_root, prompts, parent=None, reason=reason, extra=extra)
-    if config_yaml is not None:
-        atomic_write_text(workspace / "config.yaml", config_yaml)
+    s_meta = write_version(skills_root, new.skills, parent=None, reason=new.reason, extra=new.extra)
+    p_meta = write_version(
+        prompts_root, new.prompts, parent=None, reason=new.reason, extra=new.extra
+    )
+    if new.config_yaml is not None:
+        atomic_write_text(workspace / "config.yaml", new.config_yaml)
     (workspace / "runs").mkdir(exist_ok=True)
     manifest = Manifest(
         format_version=1,
         current=VersionPair(skills=s_meta.version, prompts=p_meta.version),
         best=None,
         history=[],
-        questions_ref=questions_ref,
-        seed=seed,
-        config_fingerprint=config_fingerprint,
+        questions_ref=new.questions_ref,
+        seed=new.seed,
+        config_fingerprint=new.config_fingerprint,
         workspace_id=new_workspace_id(),
     )
     write_manifest(workspace, manifest)  # last: a workspace without a manifest is not one
@@ -687,14 +664,16 @@ def init_workspace(
     skills, prompts = read_prompt_set(src)
     return _create(
         ws,
-        skills,
-        prompts,
-        questions_ref=questions_ref,
-        reason="init: the repository's prompt set",
-        extra={"source": str(src)},
-        seed=None,
-        config_yaml=config_yaml,
-        config_fingerprint=config_fingerprint,
+        _NewWorkspace(
+            skills,
+            prompts,
+            questions_ref=questions_ref,
+            reason="init: the repository's prompt set",
+            extra={"source": str(src)},
+            seed=None,
+            config_yaml=config_yaml,
+            config_fingerprint=config_fingerprint,
+        ),
     )
 
 
@@ -759,14 +738,16 @@ def init_workspace_from_seed(
     )
     return _create(
         ws,
-        seed.skills,
-        seed.prompts,
-        questions_ref=ref,
-        reason=f"init: seed {seed_name}",
-        extra={"seed": seed_name},
-        seed=ref_model,
-        config_yaml=config_yaml,
-        config_fingerprint=config_fingerprint,
+        _NewWorkspace(
+            seed.skills,
+            seed.prompts,
+            questions_ref=ref,
+            reason=f"init: seed {seed_name}",
+            extra={"seed": seed_name},
+            seed=ref_model,
+            config_yaml=config_yaml,
+            config_fingerprint=config_fingerprint,
+        ),
     )
 
 
