@@ -20,6 +20,10 @@ One command, on a fresh clone, with nothing but the package registries:
 
 The exit status is 1 when the run misses the issue's bar (a protocol error, no gate decision, no
 finalize, a failed command); the figures are printed either way. Results: benchmarks/RESULTS.md.
+
+Why it is long: the bench drives a whole real-model session end to end (the question subset, the
+``trm`` commands under a deadline, machine facts, the analysis and the printed report), a small
+function per stage; the wire and rollout analysis lives in :mod:`trm_bench.real_model_report`.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ infrastructure failure after retries), ``aborted`` (stopped by a bug or a config
 ``context_length``, ``answered`` (a letter, right or wrong), ``malformed`` (no letter and at least
 one invalid tool call: bad JSON arguments, an unknown tool, ``answer`` without a letter),
 ``no_answer`` (no letter otherwise: text without a letter, or ``max_steps``).
+
+Why it is long: it classifies every wire call and rollout of a real-model run (roles,
+structured-output repairs, usage, outcomes, gate decisions, the server log), one partition each,
+kept together so that the report's totals add up.
 """
 
 from __future__ import annotations

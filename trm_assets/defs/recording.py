@@ -14,6 +14,10 @@ Dagster's own input provenance for a partitioned upstream points at the latest m
 any partition (DAGSTER-NOTES A7), so the provenance tags are written here:
 ``dagster/input_data_version/<exp>/skill_versions`` is Dagster's own formula (sha256 of the
 partitions' data versions, sorted by partition key) over the evaluated versions.
+
+Why it is long: it is the Dagster layer's one place that turns the workspace into materializations,
+metadata and provenance tags (versions, steps, epochs, references, pools, the baseline cache), so
+every asset and check reads the same facts the same way.
 """
 
 import hashlib

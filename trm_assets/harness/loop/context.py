@@ -5,6 +5,11 @@ A :class:`LoopContext` holds no training state (that is
 :mod:`trm_assets.harness.storage.checkpoint`, on disk): a step or a slow-update function can run in
 a fresh process from the workspace and the config alone. ``ctx.paths`` is resolved again on every
 access because the current version moves.
+
+Why it is long: the context is the loop's one binding of everything a unit needs (data, pools,
+models, tools, version reads, the rollout call and its parameters, the outage guard, the kernel
+parameters, the oracle's report); each part is short, and together they are what every unit
+receives.
 """
 
 from __future__ import annotations

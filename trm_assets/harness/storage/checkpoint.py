@@ -17,6 +17,10 @@ Rules:
 * ``workspace_mark`` records the store and manifest as they were at the checkpoint, so a unit of
   work killed half-way is rolled back to exactly that point before it runs again
   (:func:`restore_workspace_to_mark`): resume lands where an uninterrupted run would.
+
+Why it is long: it is the checkpoint's one module — the state's fields, the one codec of the typed
+records, the cached load with its fingerprint checks, and the workspace mark with the rollback and
+the verification of referenced versions that opening a unit needs.
 """
 
 from __future__ import annotations

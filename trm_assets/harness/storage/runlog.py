@@ -22,6 +22,11 @@ an unhandled DuckDB lock error. In the writer's own process the reader goes thro
 
 Secrets never reach this module: rows hold model names, never keys, headers or URLs with
 credentials.
+
+Why it is long: it is the one owner of the DuckDB run log — schema, the writer's batched idempotent
+inserts and upserts, the reader with its lock and busy handling, the workspace identity binding and
+the size caps — so every SQL statement and every DuckDB error is translated in one module; a
+writer/reader split would split the schema they share.
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ Layout (``docs/decision-store-layout.md``)::
 
 This module is the stable, cross-experiment infrastructure;
 :mod:`trm_assets.harness.storage.workspace` builds on it (never the other way round).
+
+Why it is long: it is the whole immutable store — version names, content hashes and their
+verification, the meta, atomic version writes and derivation, and the seed store built on the same
+primitives; they share the hash and atomic-write rules that every other storage module relies on.
 """
 
 from __future__ import annotations

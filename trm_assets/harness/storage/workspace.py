@@ -16,6 +16,11 @@ immutable directories of the *current* versions, and advancing a version moves t
 
 The manifest holds no wall-clock time, so two runs that made the same decisions write the same
 manifest (resume equivalence, SPEC 5.7); times live in version meta only.
+
+Why it is long: it owns the manifest (its models, the cached read, the atomic write) and every
+operation that moves a pointer in it — current, best, run records, advancing and reverting versions,
+creating a workspace from the prompt set or a seed, promoting a version to a seed — so the
+manifest's invariants are enforced in one module.
 """
 
 from __future__ import annotations
