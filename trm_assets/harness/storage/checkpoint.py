@@ -26,12 +26,13 @@ the verification of referenced versions that opening a unit needs.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import shutil
 import types
 import warnings
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import Field, asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Union, get_args, get_origin, get_type_hints
 
@@ -284,13 +285,12 @@ def decode_record(tp: Any, value: Any, where: str) -> Any:
     if isinstance(tp, type) and is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise CheckpointError(f"{where}: expected an object, got {type(value).__name__}")
-        hints = get_type_hints(tp)
-        names = [f.name for f in fields(tp)]
-        unknown = sorted(set(value) - set(names))
+        typed = _typed_fields(tp)
+        unknown = sorted(set(value) - {f.name for f, _ in typed})
         kw: dict[str, Any] = {}
-        for f in fields(tp):
+        for f, hint in typed:
             if f.name in value:
-                kw[f.name] = decode_record(hints[f.name], value[f.name], f"{where}.{f.name}")
+                kw[f.name] = decode_record(hint, value[f.name], f"{where}.{f.name}")
             elif f.metadata.get("omit_none"):
                 kw[f.name] = None
             elif f.metadata.get("zero_if_absent"):
@@ -309,6 +309,13 @@ def decode_record(tp: Any, value: Any, where: str) -> Any:
         inner = get_args(tp)[0]
         return tuple(decode_record(inner, v, f"{where}[{i}]") for i, v in enumerate(value))
     return value  # str, int, float, bool, a typed dict (the budget ledger): as written
+
+
+@functools.cache
+def _typed_fields(tp: type) -> tuple[tuple[Field[Any], Any], ...]:
+    """A record's fields with their resolved type hints (resolved once per class)."""
+    hints = get_type_hints(tp)
+    return tuple((f, hints[f.name]) for f in fields(tp))
 
 
 # One read of state.json per unit of work (issue 14): the checkpoint this process last read or
