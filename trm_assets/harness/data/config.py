@@ -110,9 +110,10 @@ class RunConfig(BaseModel):
         lt=1,
     )
     gate_pool: Literal["validation", "validation+diagnosis"] = _field(
-        "validation",
+        "validation+diagnosis",
         "validation | validation+diagnosis (temperature 0: the gate also visits the type's "
-        "diagnosis-pool questions outside the step's batch and case pack)",
+        "diagnosis-pool questions no step batch has rolled out, known baselines first; "
+        "with fresh draws only the validation ladder is visited)",
     )
     gate_passes: int | None = _field(
         None, "1..50, or null (1; 3 for pools < 60 with fresh draws)", ge=1, le=50
