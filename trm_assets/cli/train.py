@@ -50,7 +50,8 @@ def _token_estimate(workspace: Path, cfg: Any) -> Any:
                 row = r.query(
                     "SELECT count(*) AS n, avg(coalesce(prompt_tokens, 0) + "
                     "coalesce(completion_tokens, 0)) AS t FROM predictions "
-                    "WHERE stop_reason <> 'error'"
+                    "WHERE stop_reason <> 'error' AND coalesce(n_llm_calls, 0) > 0"
+                    # (a temperature-0 outcome served from an earlier rollout made no call)
                 )[0]
             if int(row["n"]) > 0:
                 n = int(row["n"])
