@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from trm_assets.domain.errors import TrmError
+from trm_assets.domain.errors import DataFormatError, TrmError
 
 _TMP_SUFFIX = ".tmp"
 #: errno values that mean "the disk is full" (quota included).
@@ -104,6 +104,21 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     """Deterministic JSON (sorted keys, 2-space indent, trailing newline)."""
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (None when the file does not exist); invalid JSON or another
+    JSON value is a :class:`~trm_assets.domain.errors.DataFormatError` naming the file (never a
+    raw traceback). The reader of the cache and ladder files."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataFormatError(str(path), f"line {e.lineno}", None, f"valid JSON ({e.msg})") from e
+    if not isinstance(data, dict):
+        raise DataFormatError(str(path), None, None, "a JSON object")
+    return data
 
 
 def file_identity(path: Path) -> tuple[int, int, int] | None:

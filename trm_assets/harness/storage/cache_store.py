@@ -10,7 +10,6 @@ entry in memory that a resumed process would not see.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,8 +21,7 @@ from trm_assets.domain.baseline_cache import (
     cache_to_dict,
     lookup,
 )
-from trm_assets.domain.errors import DataFormatError
-from trm_assets.harness.storage.atomic import atomic_write_json
+from trm_assets.harness.storage.atomic import atomic_write_json, read_json_object
 
 
 def _slug(task_type: str) -> str:
@@ -33,15 +31,8 @@ def _slug(task_type: str) -> str:
 def read_cache_file(path: Path) -> dict[BaselineKey, BaselineEntry]:
     """One task type's cache file ({} when absent); a corrupt file is a :class:`DataFormatError`
     naming it (never a raw JSON traceback)."""
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise DataFormatError(str(path), f"line {e.lineno}", None, f"valid JSON ({e.msg})") from e
-    if not isinstance(data, dict):
-        raise DataFormatError(str(path), None, None, "a JSON object")
-    return cache_from_dict(data, str(path))
+    data = read_json_object(path)
+    return {} if data is None else cache_from_dict(data, str(path))
 
 
 class BaselineCacheStore:

@@ -8,11 +8,9 @@ fingerprint — a mismatch (another pool, other ladder params, an edited file) r
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from trm_assets.domain.errors import DataFormatError
 from trm_assets.domain.ladder import (
     Ladder,
     LadderParams,
@@ -21,19 +19,14 @@ from trm_assets.domain.ladder import (
     ladder_to_dict,
     new_ladder,
 )
-from trm_assets.harness.storage.atomic import atomic_write_json
+from trm_assets.harness.storage.atomic import atomic_write_json, read_json_object
 
 
 def load_ladder(path: Path, validation: Mapping[str, str], params: LadderParams) -> Ladder | None:
     """The ladder at ``path`` for this validation pool (qid → task type), or None if absent."""
-    if not path.exists():
+    data = read_json_object(path)
+    if data is None:
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise DataFormatError(str(path), f"line {e.lineno}", None, f"valid JSON ({e.msg})") from e
-    if not isinstance(data, dict):
-        raise DataFormatError(str(path), None, None, "a JSON object")
     return ladder_from_dict(
         data,
         expected_pool_fingerprint=ladder_pool_fingerprint(validation, params),
