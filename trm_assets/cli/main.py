@@ -27,11 +27,11 @@ from trm_assets.cli.support import LazyGroup, fail_on_trm_error
         "report": ("trm_assets.cli.train:report_cmd", "Per-epoch report."),
         "check": ("trm_assets.cli.check:check_cmd", "Verify a workspace (store, state, run log)."),
         "launch": (
-            "trm_assets.defs.launch:launch_cmd",
+            "trm_assets.cli.launch:launch_cmd",
             "Launch an experiment's epoch/slow update through Dagster (prints run id and URL).",
         ),
         "sweep": (
-            "trm_assets.defs.launch:sweep_cmd",
+            "trm_assets.cli.launch:sweep_cmd",
             "Create a sweep (configs x seeds) as experiments and launch it through Dagster.",
         ),
         "sim-serve": ("trm_assets.cli.sim:serve", "Serve the SIMULATED LLM over HTTP."),

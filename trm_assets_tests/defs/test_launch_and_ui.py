@@ -26,8 +26,8 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from trm_assets.cli.launch import launch_cmd
 from trm_assets.defs.experiments import EXPERIMENT_TAG
-from trm_assets.defs.launch import launch_cmd
 
 from .conftest import Trained
 from .servers import webserver
