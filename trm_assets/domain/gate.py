@@ -99,6 +99,11 @@ class GateParams:
     # ``(1 + lambda0) / 2`` among discordant pairs), is below this. 0 = only the "unreachable"
     # rule. A futility stop only ever rejects, so it cannot raise the false-accept rate.
     futility_power: float = 0.0
+    # Two-stage plan (issue 15 C, temperature 0): after the first ``screen_positions`` positions
+    # (the cheap stage: baselines already known), REJECT_FUTILE unless W − L ≥ ``screen_margin``.
+    # 0 = off. A rejection rule only, so the false-accept rate cannot rise.
+    screen_positions: int = 0
+    screen_margin: int = 1
     # GATE §5 refinement: flag (never abort) a candidate whose own infra rate is high while the
     # baseline arm is quiet; the flag goes to the audit row as ``candidate_infra_suspect``.
     candidate_suspect_rate: float = 0.15
@@ -130,6 +135,8 @@ class GateParams:
             problems.append(f"block must be >= 1, got {self.block}")
         if not 0.0 < self.infra_max_rate < 1.0:
             problems.append(f"infra_max_rate must be in (0, 1), got {self.infra_max_rate}")
+        if self.screen_positions < 0:
+            problems.append(f"screen_positions must be >= 0, got {self.screen_positions}")
         if not 0.0 <= self.futility_power < 1.0:
             problems.append(f"futility_power must be in [0, 1), got {self.futility_power}")
         if self.infra_min_denominator < 10:
@@ -159,6 +166,11 @@ class GateParams:
             "infra_max_rate": self.infra_max_rate,
             "infra_min_denominator": self.infra_min_denominator,
             **({"futility_power": self.futility_power} if self.futility_power else {}),
+            **(
+                {"screen_positions": self.screen_positions, "screen_margin": self.screen_margin}
+                if self.screen_positions
+                else {}
+            ),
         }
 
 
@@ -551,6 +563,7 @@ def gate_decision(state: GateState, block: PairResult, params: GateParams) -> Ga
             f"block would take the gate to {state.positions + block.n_positions} positions, "
             f"beyond d_max={state.d_max} fixed at gate start"
         )
+    before = state.positions
     state.wins += block.n_improved
     state.losses += block.n_regressed
     state.ties += block.n_ties
@@ -580,6 +593,11 @@ def gate_decision(state: GateState, block: PairResult, params: GateParams) -> Ga
         accept = log_e_plus >= threshold
         reachable = log_mixture_e(w + rem, los, k, gmax) >= threshold
 
+    screened_out = (
+        params.screen_positions > 0
+        and before < params.screen_positions <= state.positions
+        and w - los < params.screen_margin
+    )
     attempted = state.attempted
     infra_rate = state.infra / attempted if attempted else 0.0
     cand_rate = (
@@ -598,9 +616,14 @@ def gate_decision(state: GateState, block: PairResult, params: GateParams) -> Ga
         verdict = Verdict.REJECT_DIR
     elif last:
         verdict = Verdict.REJECT_BUDGET
-    elif not reachable or (
-        params.futility_power > 0.0
-        and conditional_power(w, los, state.pairs, rem, params, threshold) < params.futility_power
+    elif (
+        not reachable
+        or screened_out
+        or (
+            params.futility_power > 0.0
+            and conditional_power(w, los, state.pairs, rem, params, threshold)
+            < params.futility_power
+        )
     ):
         verdict = Verdict.REJECT_FUTILE
     else:

@@ -1,5 +1,5 @@
-"""Stochastic curtailment (``futility_power``): it only ever turns a CONTINUE into a
-REJECT_FUTILE, so on the same outcomes it never accepts where the plain gate rejects, and it
+"""Stochastic curtailment (``futility_power``) and the two-stage screen (``screen_positions``):
+each only ever turns a CONTINUE into a REJECT_FUTILE, so on the same outcomes it never accepts where the plain gate rejects, and it
 stops null candidates earlier."""
 
 from __future__ import annotations
@@ -34,11 +34,14 @@ def _run(plan, base, cand, params):  # type: ignore[no-untyped-def]
     seed=st.integers(0, 10_000),
     n=st.integers(5, 60),
     effect=st.floats(-0.3, 0.4),
-    gamma=st.sampled_from([0.05, 0.2, 0.5]),
+    gamma=st.sampled_from([0.0, 0.05, 0.2, 0.5]),
+    screen=st.sampled_from([0, 7, 20, 50]),
 )
 def test_curtailment_never_accepts_what_the_plain_gate_rejects(
-    seed: int, n: int, effect: float, gamma: float
+    seed: int, n: int, effect: float, gamma: float, screen: int
 ) -> None:
+    """Neither stop (conditional power, the two-stage screen) accepts what the plain gate does
+    not, nor changes a verdict other than by stopping earlier with REJECT_FUTILE."""
     rng = np.random.default_rng(seed)
     qs = [f"q{i}" for i in range(n)]
     plan = gate_plan(qs, 2, 10)
@@ -47,7 +50,9 @@ def test_curtailment_never_accepts_what_the_plain_gate_rejects(
     base = {(q, r): bool(rng.random() < pb[i]) for r in range(2) for i, q in enumerate(qs)}
     cand = {(q, r): bool(rng.random() < pc[i]) for r in range(2) for i, q in enumerate(qs)}
     plain, plain_pos = _run(plan, base, cand, GateParams(block=10))
-    cut, cut_pos = _run(plan, base, cand, GateParams(block=10, futility_power=gamma))
+    cut, cut_pos = _run(
+        plan, base, cand, GateParams(block=10, futility_power=gamma, screen_positions=screen)
+    )
     assert cut_pos <= plain_pos
     if cut is Verdict.ACCEPT:
         assert plain is Verdict.ACCEPT and cut_pos == plain_pos
@@ -86,3 +91,15 @@ def test_curtailment_stops_null_candidates_earlier_at_the_same_error_rate() -> N
     del rng
     assert res[0.3][0] <= res[0.0][0]
     assert res[0.3][1] < res[0.0][1]
+
+
+def test_the_screen_stops_at_its_boundary_unless_the_candidate_is_ahead() -> None:
+    plan = gate_plan([f"q{i}" for i in range(40)], 1, 10)
+    params = GateParams(block=10, screen_positions=20)
+    base = {p: False for p in plan}
+    ahead = {p: i in (3, 25) for i, p in enumerate(plan)}  # one win before position 20
+    even = {p: False for p in plan}
+    v, pos = _run(plan, base, even, params)
+    assert (v, pos) == (Verdict.REJECT_FUTILE, 20)  # W - L = 0 < 1 at the boundary
+    v, pos = _run(plan, base, ahead, params)
+    assert pos == 40  # W - L = 1 at the boundary: on to the end

@@ -115,6 +115,11 @@ class RunConfig(BaseModel):
         "diagnosis-pool questions no step batch has rolled out, known baselines first; "
         "with fresh draws only the validation ladder is visited)",
     )
+    gate_screen: bool = _field(
+        False,
+        "true | false (temperature 0, known baselines first: REJECT_FUTILE after the "
+        "known-baseline questions unless the candidate is ahead there, W − L ≥ 1)",
+    )
     gate_passes: int | None = _field(
         None, "1..50, or null (1; 3 for pools < 60 with fresh draws)", ge=1, le=50
     )

@@ -140,6 +140,7 @@ class GatePlan:
     positions: tuple[tuple[str, int], ...]
     order: str  # ladder-warm | ladder-cold | uniform (temperature 0) | uniform (truncated ...) | …
     one_block: bool = False  # non-sequential policies decide once, on the whole plan
+    screen: int = 0  # positions of the cheap first stage (temperature 0, known baselines)
 
 
 class GatePolicy(Protocol):
@@ -219,7 +220,11 @@ class SequentialGate:
                 known = deterministic_baseline(ctx, req)
                 order = [q for q in order if q in known] + [q for q in order if q not in known]
                 positions = gate_plan(order, 1, cfg.gate_block, cfg.gate_max_blocks)
-                return GatePlan(positions, "uniform, known baselines first (temperature 0)")
+                n_known = sum(1 for q, _ in positions if q in known)
+                screen = n_known if cfg.gate_screen and 0 < n_known < len(positions) else 0
+                return GatePlan(
+                    positions, "uniform, known baselines first (temperature 0)", screen=screen
+                )
             positions = gate_plan(order, 1, cfg.gate_block, cfg.gate_max_blocks)
             return GatePlan(positions, "uniform (temperature 0)")
         passes = gate_passes(ctx, req.task_type)
@@ -334,6 +339,8 @@ async def validate_candidate_skill(
     params = params if params is not None else ctx.gate_params()
     if gate_plan_.one_block:  # one block: the kernel's INFRA guard and evidence, no early stop
         params = replace(params, block=len(plan))
+    if gate_plan_.screen:  # two stages: go on to the dear part only if the cheap one is ahead
+        params = replace(params, screen_positions=gate_plan_.screen)
     # 1. the candidate, materialized in a unique temp dir (always removed)
     cand_skills = _materialize(
         ctx.paths.tmp_dir, req.baseline_skills, req.skill_file, req.candidate_text
