@@ -1,6 +1,6 @@
 """Stochastic curtailment (``futility_power``) and the two-stage screen (``screen_positions``):
-each only ever turns a CONTINUE into a REJECT_FUTILE, so on the same outcomes it never accepts where the plain gate rejects, and it
-stops null candidates earlier."""
+each only ever turns a CONTINUE into a REJECT_FUTILE, so on the same outcomes it never accepts
+where the plain gate rejects, and it stops null candidates earlier."""
 
 from __future__ import annotations
 
@@ -82,8 +82,9 @@ def test_curtailment_stops_null_candidates_earlier_at_the_same_error_rate() -> N
         acc = pos = 0
         for _ in range(reps):
             pb = r2.uniform(0.2, 0.8, n)
-            base = {(q, r): bool(r2.random() < pb[i]) for r in range(passes) for i, q in enumerate(qs)}
-            cand = {(q, r): bool(r2.random() < pb[i]) for r in range(passes) for i, q in enumerate(qs)}
+            pos_ = [(q, r, i) for r in range(passes) for i, q in enumerate(qs)]
+            base = {(q, r): bool(r2.random() < pb[i]) for q, r, i in pos_}
+            cand = {(q, r): bool(r2.random() < pb[i]) for q, r, i in pos_}
             v, k = _run(plan, base, cand, params)
             acc += v is Verdict.ACCEPT
             pos += k
