@@ -110,7 +110,7 @@ class RunConfig(BaseModel):
         lt=1,
     )
     gate_pool: Literal["validation", "validation+diagnosis"] = _field(
-        "validation+diagnosis",
+        "validation",
         "validation | validation+diagnosis (temperature 0: the gate also visits the type's "
         "diagnosis-pool questions no step batch has rolled out, known baselines first; "
         "with fresh draws only the validation ladder is visited)",
