@@ -245,10 +245,10 @@ WORST_CASE_ROWS: tuple[tuple[str, int, int, bool, float, float], ...] = (
     # (label, pool N, passes, fresh draws per pass, alpha, alpha_early)
     ("fresh draws (T > 0), N = 150, 1 pass", 150, 1, True, 0.05, 0.01),
     ("fresh draws (T > 0), N = 50, 3 passes (default < 60)", 50, 3, True, 0.05, 0.01),
-    ("deterministic (T = 0), N = 50, 1 uniform pass (validation only)", 50, 1, False, 0.05, 0.01),
+    ("deterministic (T = 0), N = 50, 1 uniform pass (default)", 50, 1, False, 0.05, 0.01),
     ("deterministic (T = 0), N = 150, 1 uniform pass", 150, 1, False, 0.05, 0.01),
     (
-        "deterministic (T = 0), N = 175 (50 validation + 125 diagnosis), 1 pass (default)",
+        "deterministic (T = 0), N = 175 (validation+diagnosis), 1 uniform pass",
         175,
         1,
         False,
