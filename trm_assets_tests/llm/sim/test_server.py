@@ -168,5 +168,9 @@ def test_sim_serve_command_answers_plain_http(tmp_path: object) -> None:
         assert "simulated" in reply["choices"][0]["message"]["content"]
     finally:
         proc.terminate()
-        out, _ = proc.communicate(timeout=10)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # a loaded 2-core box: the banner is what is checked
+            proc.kill()
+            out, _ = proc.communicate(timeout=10)
     assert "SIMULATED" in out
