@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -175,15 +175,52 @@ class LoopContext:
             {"prompts": prompts_version, "task": task, "context": self.context_hash(skills)}
         )
 
+    def same_prompt_rows(
+        self,
+        task_type: str,
+        key: str,
+        qids: Iterable[str],
+        *,
+        not_run: str | None = None,
+        not_run_prefix: str | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """At temperature 0, the completed rows of earlier runs in which a question of
+        ``task_type`` read the prompt ``key`` (:meth:`prompt_key`, recorded per run in
+        ``runs.meta.prompt_keys``): question id → the first such row by run id (deterministic, so
+        a resumed unit reuses what an uninterrupted one reuses). A question whose stored outcomes
+        disagree (a server that is not deterministic after all), or that only failed for
+        infrastructure reasons, is left out; so are the run ``not_run`` and the runs whose id
+        starts with ``not_run_prefix``."""
+        wanted = set(qids)
+        rows = self.log.query(
+            "SELECT p.* FROM predictions p JOIN runs r ON r.run_id = p.run_id "
+            "WHERE json_extract_string(r.meta, ?) = ? AND p.task_type = ? "
+            "AND p.correct IS NOT NULL AND p.stop_reason <> 'error' "
+            "AND p.failure_kind IS DISTINCT FROM 'infra' "
+            + ("AND p.run_id <> ? " if not_run is not None else "")
+            + ("AND NOT starts_with(r.run_id, ?) " if not_run_prefix is not None else "")
+            + "ORDER BY p.run_id, p.replicate",
+            [
+                f"$.prompt_keys.{json.dumps(task_type)}",
+                key,
+                task_type,
+                *(x for x in (not_run, not_run_prefix) if x is not None),
+            ],
+        )
+        out: dict[str, dict[str, Any]] = {}
+        seen: dict[str, set[bool]] = {}
+        for r in rows:
+            qid = str(r["question_id"])
+            if qid in wanted:
+                seen.setdefault(qid, set()).add(bool(r["correct"]))
+                out.setdefault(qid, dict(r))
+        return {q: r for q, r in out.items() if len(seen[q]) == 1}
+
     def known_outcomes(
-        self, run_id: str, specs: Sequence[RolloutSpec], skills: Mapping[str, str],
-        prompts_version: str,
-    ) -> dict[str, dict[str, Any]]:  # fmt: skip
-        """At temperature 0, the completed rows of earlier runs in which a question read the very
-        prompt it would read now (:meth:`prompt_key`): question id → the first such row by run id
-        (deterministic, so a resumed unit reuses what an uninterrupted one reuses). A question
-        whose stored outcomes disagree (a server that is not deterministic after all), or that
-        only failed for infrastructure reasons, is not served. With fresh draws: nothing."""
+        self, run_id: str, specs: Sequence[RolloutSpec], keys: Mapping[str, str]
+    ) -> dict[str, dict[str, Any]]:
+        """The evaluation's questions whose prompt (``keys``: task type → prompt key) was
+        already rolled out (:meth:`same_prompt_rows`). With fresh draws: nothing."""
         if self.cfg.fresh_draws():
             return {}
         wanted: dict[str, set[str]] = {}
@@ -192,28 +229,7 @@ class LoopContext:
             wanted.setdefault(q.task_type, set()).add(q.question_id)
         out: dict[str, dict[str, Any]] = {}
         for task_type, qids in sorted(wanted.items()):
-            rows = self.log.query(
-                "SELECT p.* FROM predictions p JOIN runs r ON r.run_id = p.run_id "
-                "WHERE json_extract_string(r.meta, ?) = ? AND p.task_type = ? AND p.run_id <> ? "
-                "AND p.correct IS NOT NULL AND p.stop_reason <> 'error' "
-                "AND p.failure_kind IS DISTINCT FROM 'infra' "
-                "ORDER BY p.run_id, p.replicate",
-                [
-                    f"$.prompt_keys.{json.dumps(task_type)}",
-                    self.prompt_key(task_type, skills, prompts_version),
-                    task_type,
-                    run_id,
-                ],
-            )
-            seen: dict[str, set[bool]] = {}
-            for r in rows:
-                qid = str(r["question_id"])
-                if qid in qids:
-                    seen.setdefault(qid, set()).add(bool(r["correct"]))
-                    out.setdefault(qid, dict(r))
-            for qid, values in seen.items():
-                if len(values) > 1:
-                    del out[qid]
+            out.update(self.same_prompt_rows(task_type, keys[task_type], qids, not_run=run_id))
         return out
 
     # -- rollouts -------------------------------------------------------------------------------
@@ -231,8 +247,12 @@ class LoopContext:
         """Every agent rollout of the loop goes through here: one binding of the rollout
         parameters (model, tools, run log, concurrency, max steps, skill mode, temperature)."""
         cfg = self.cfg
+        keys = {
+            t: self.prompt_key(t, skills, prompts_version)
+            for t in sorted({_question(s).task_type for s in specs})
+        }
         reuse = (
-            self.known_outcomes(run_id, specs, skills, prompts_version)
+            self.known_outcomes(run_id, specs, keys)
             if kind in REUSE_KINDS or kind.startswith("eval_")
             else {}
         )
@@ -255,13 +275,7 @@ class LoopContext:
             progress=self._on_rollouts if self.observers else None,
             heartbeat_s=HEARTBEAT_S,
             reuse=reuse,
-            run_meta={
-                "decoding": self.decoding_hash(),
-                "prompt_keys": {
-                    t: self.prompt_key(t, skills, prompts_version)
-                    for t in sorted({_question(s).task_type for s in specs})
-                },
-            },
+            run_meta={"decoding": self.decoding_hash(), "prompt_keys": keys},
         )
         for o in self.observers:
             o.on_barrier(result)

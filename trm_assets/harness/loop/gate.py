@@ -45,7 +45,6 @@ order of operations the statistics depend on.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -454,25 +453,16 @@ def deterministic_baseline(ctx: LoopContext, req: GateRequest) -> dict[str, bool
     returns nothing: every baseline draw then comes from the gate-baseline cache or a rollout."""
     if ctx.cfg.fresh_draws():
         return {}
-    key = ctx.prompt_key(req.task_type, req.baseline_skills, req.prompts_version)
-    rows = ctx.log.query(
-        "SELECT p.question_id AS q, bool_and(p.correct) AS c, count(DISTINCT p.correct) AS k "
-        "FROM predictions p JOIN runs r ON r.run_id = p.run_id "
-        "WHERE json_extract_string(r.meta, ?) = ? AND p.correct IS NOT NULL "
-        "AND p.stop_reason <> 'error' AND p.failure_kind IS DISTINCT FROM 'infra' "
-        "AND NOT starts_with(r.run_id, ?) GROUP BY p.question_id",
-        # the key holds the decoding (model, temperature, max steps, skill mode: a resume with
-        # another temperature, or a `trm eval --set ...`, must not serve its rows); not this
-        # step's own gates: a killed and resumed step must reuse exactly what an uninterrupted
-        # one reuses
-        [
-            f"$.prompt_keys.{json.dumps(req.task_type)}",
-            key,
-            req.gate_run_id.split(GATE_RUN_MARK)[0] + GATE_RUN_MARK,
-        ],
+    rows = ctx.same_prompt_rows(
+        req.task_type,
+        ctx.prompt_key(req.task_type, req.baseline_skills, req.prompts_version),
+        (*req.pool_qids, *req.extra_qids),
+        # not this step's own gates: a killed and resumed step must reuse exactly what an
+        # uninterrupted one reuses (the key holds the decoding: a resume with another
+        # temperature, or a `trm eval --set ...`, does not serve its rows)
+        not_run_prefix=req.gate_run_id.split(GATE_RUN_MARK)[0] + GATE_RUN_MARK,
     )
-    wanted = {*req.pool_qids, *req.extra_qids}
-    return {str(r["q"]): bool(r["c"]) for r in rows if int(r["k"]) == 1 and r["q"] in wanted}
+    return {q: bool(r["correct"]) for q, r in rows.items()}
 
 
 def _count(counters: dict[str, int], arm: str, res: InferenceResult) -> None:

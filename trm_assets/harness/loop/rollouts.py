@@ -332,19 +332,9 @@ async def run_inference(
         )
 
     async def one(i: int, q: Question, rep: int) -> None:
-        seed = rollout_seed(run_id, q.question_id, rep)
-        row: dict[str, Any] = {
-            "run_id": run_id,
-            "question_id": q.question_id,
-            "replicate": rep,
-            "video_id": q.tree_key,
-            "task_type": q.task_type,
-            "duration": q.duration,
-            "truth": q.answer,
-            "stop_reason": STOP_ERROR,  # pessimistic default, overwritten on completion
-            "seed": seed,
-            "model": llm.model,
-        }
+        row = _row_identity(run_id, q, rep, llm.model)
+        row["stop_reason"] = STOP_ERROR  # pessimistic default, overwritten on completion
+        seed = row["seed"]
         outcome: AgentOutcome | None = None
         t0 = time.perf_counter()
         try:
@@ -382,23 +372,23 @@ async def run_inference(
     done_rows = _completed_rows(log, run_id) if resume and log is not None else {}
     for i, (q, rep) in enumerate(rollouts):
         source = reuse.get(q.question_id) if reuse and log is not None else None
+        stored = done_rows.get((q.question_id, rep))
         if source is not None:
-            row = _reused_row(source, run_id, q, rep, llm.model)
-            results[i] = pred = replace(_prediction(row, None), reused=True)
             assert log is not None
+            row = _reused_row(source, run_id, q, rep, llm.model)
+            pred = replace(_prediction(row, None), reused=True)
             log.add_rollout(
                 row, (), [{"kind": FLAG_REUSE, "name": "same_prompt",
                            "detail": {"from_run": source["run_id"]}}],
             )  # fmt: skip
-            counters["done"] += 1
-            counters["correct"] += int(bool(pred.correct))
+        elif stored is not None:
+            pred = _stored_prediction(stored, q)
+        else:
             continue
-        stored = done_rows.get((q.question_id, rep))
-        if stored is not None:
-            results[i] = pred = _stored_prediction(stored, q)
-            counters["done"] += 1
-            counters["correct"] += int(bool(pred.correct))
-            counters["infra"] += int(pred.failure_kind == FAILURE_INFRA)
+        results[i] = pred
+        counters["done"] += 1
+        counters["correct"] += int(bool(pred.correct))
+        counters["infra"] += int(pred.failure_kind == FAILURE_INFRA)
     tasks = [
         asyncio.ensure_future(one(i, q, rep))
         for i, (q, rep) in enumerate(rollouts)
@@ -505,10 +495,9 @@ REUSED_COLUMNS: Final = (
 )  # fmt: skip
 
 
-def _reused_row(
-    source: Mapping[str, Any], run_id: str, q: Question, rep: int, model: str
-) -> dict[str, Any]:
-    row: dict[str, Any] = {
+def _row_identity(run_id: str, q: Question, rep: int, model: str) -> dict[str, Any]:
+    """The columns of a prediction row that name the rollout (the outcome is added after)."""
+    return {
         "run_id": run_id,
         "question_id": q.question_id,
         "replicate": rep,
@@ -518,11 +507,14 @@ def _reused_row(
         "truth": q.answer,
         "seed": rollout_seed(run_id, q.question_id, rep),
         "model": model,
-        "n_llm_calls": 0,
-        "prompt_tokens": 0,
-        "completion_tokens": 0,
-        "latency_s": 0.0,
     }
+
+
+def _reused_row(
+    source: Mapping[str, Any], run_id: str, q: Question, rep: int, model: str
+) -> dict[str, Any]:
+    row = _row_identity(run_id, q, rep, model)
+    row.update(n_llm_calls=0, prompt_tokens=0, completion_tokens=0, latency_s=0.0)
     for col in REUSED_COLUMNS:
         if col in source:
             value = source[col]
