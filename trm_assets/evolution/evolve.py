@@ -17,9 +17,9 @@ forbid edits that may simply have been unlucky (GATE §4.3).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Final, Required, TypedDict, Unpack
 
 from trm_assets.agent.messages import SYSTEM_PROMPT_FILE, TOOLS_DIR
 from trm_assets.domain.edit_schema import Edit, EditProposal
@@ -139,17 +139,43 @@ def render_cases(cases: Sequence[CaseSample], *, limit: int = MAX_CASES_IN_PROMP
 # The shared call
 
 
+class EvolveOptions(TypedDict, total=False):
+    """The keyword arguments every evolve call takes: ``template`` is the target's
+    ``prompts/evolve_*.md``; ``budget`` comes from :func:`~trm_assets.domain.edits.edit_budget_at`;
+    ``rejected`` may hold every buffer entry (only the target file's are shown); ``sample`` is the
+    model's sample index (the repair retry uses ``sample + 1``)."""
+
+    llm: Required[LLMProvider]
+    template: Required[str]
+    budget: Required[int]
+    rejected: Sequence[RejectedEdit]
+    sample: int
+
+
 async def _evolve(
-    *,
     target: EvolutionTarget,
     target_file: str,
     current: str,
-    prompt: str,
-    role: str,
+    cases: Sequence[CaseSample],
+    fields: Mapping[str, str],
+    *,
     llm: LLMProvider,
+    template: str,
     budget: int,
-    sample: int,
+    rejected: Sequence[RejectedEdit] = (),
+    sample: int = 0,
 ) -> EvolutionRecord:
+    """Render the target's template (its own ``fields`` plus the cases, the rejected buffer and
+    the budget), call the evolve model and apply its edits to ``current``."""
+    role = f"evolve_{target}"
+    prompt = render(
+        template,
+        source=EVOLVE_TEMPLATE_FILES[role],
+        **fields,
+        cases=render_cases(cases),
+        rejected_edits=render_rejected(rejected, target_file),
+        max_edits=str(budget),
+    )
     if budget < 1:
         raise ValueError(f"edit budget must be >= 1, got {budget}")
     result = await call_structured(llm, prompt, EditProposal, role=role, sample=sample)
@@ -214,88 +240,28 @@ def tool_file(tool_name: str) -> str:
 
 
 async def evolve_single_skill(
-    pack: SkillCasePack,
-    skills: SkillStore,
-    *,
-    llm: LLMProvider,
-    template: str,
-    budget: int,
-    rejected: Sequence[RejectedEdit] = (),
-    sample: int = 0,
+    pack: SkillCasePack, skills: SkillStore, **options: Unpack[EvolveOptions]
 ) -> EvolutionRecord:
-    """Propose and apply edits to one skill file (``pack.skill_file``) from its failed cases.
-
-    ``template`` is ``prompts/evolve_skill.md``; ``budget`` comes from
-    :func:`~trm_assets.domain.edits.edit_budget_at`; ``rejected`` may hold every buffer entry
-    (only this file's verified-harmful ones are shown). ``sample`` is the model's sample index
-    (the repair retry uses ``sample + 1``).
-    """
+    """Propose and apply edits to one skill file (``pack.skill_file``) from its failed cases
+    (fast update; ``rejected``: only this file's entries are shown)."""
     name = check_skill_file_name(pack.skill_file)
     current = skills.read(name)
-    prompt = render(
-        template,
-        source="evolve_skill.md",
-        task_type=pack.task_type,
-        skill_file=name,
-        skill_text=current.strip(),
-        cases=render_cases(pack.cases),
-        rejected_edits=render_rejected(rejected, name),
-        max_edits=str(budget),
-    )
-    return await _evolve(
-        target="skill",
-        target_file=name,
-        current=current,
-        prompt=prompt,
-        role="evolve_skill",
-        llm=llm,
-        budget=budget,
-        sample=sample,
-    )
+    fields = {"task_type": pack.task_type, "skill_file": name, "skill_text": current.strip()}
+    return await _evolve("skill", name, current, pack.cases, fields, **options)
 
 
 async def evolve_system_prompt(
-    pack: SystemCasePack,
-    prompts: PromptStore,
-    *,
-    llm: LLMProvider,
-    template: str,
-    budget: int,
-    rejected: Sequence[RejectedEdit] = (),
-    sample: int = 0,
+    pack: SystemCasePack, prompts: PromptStore, **options: Unpack[EvolveOptions]
 ) -> EvolutionRecord:
     """Propose and apply edits to the agent system prompt (``agent_system.md``) from the cases
     accumulated for it over the epoch (slow update, ``budget`` = the end-of-run budget)."""
     current = prompts.read(SYSTEM_PROMPT_FILE)
-    prompt = render(
-        template,
-        source="evolve_system.md",
-        system_prompt=current.strip(),
-        cases=render_cases(pack.cases),
-        rejected_edits=render_rejected(rejected, SYSTEM_PROMPT_FILE),
-        max_edits=str(budget),
-    )
-    return await _evolve(
-        target="system",
-        target_file=SYSTEM_PROMPT_FILE,
-        current=current,
-        prompt=prompt,
-        role="evolve_system",
-        llm=llm,
-        budget=budget,
-        sample=sample,
-    )
+    fields = {"system_prompt": current.strip()}
+    return await _evolve("system", SYSTEM_PROMPT_FILE, current, pack.cases, fields, **options)
 
 
 async def evolve_single_tool(
-    pack: ToolCasePack,
-    prompts: PromptStore,
-    *,
-    llm: LLMProvider,
-    template: str,
-    budget: int,
-    rejected: Sequence[RejectedEdit] = (),
-    sample: int = 0,
+    pack: ToolCasePack, prompts: PromptStore, **options: Unpack[EvolveOptions]
 ) -> EvolutionRecord:
     """Propose and apply edits to one tool description (``tools/<tool_name>.md``)."""
     path = tool_file(pack.tool_name)
@@ -307,22 +273,5 @@ async def evolve_single_tool(
             f"{prompts.version}; known: {known}"
         )
     current = prompts.read(path)
-    prompt = render(
-        template,
-        source="evolve_tool.md",
-        tool_name=pack.tool_name,
-        tool_description=current.strip(),
-        cases=render_cases(pack.cases),
-        rejected_edits=render_rejected(rejected, path),
-        max_edits=str(budget),
-    )
-    return await _evolve(
-        target="tool",
-        target_file=path,
-        current=current,
-        prompt=prompt,
-        role="evolve_tool",
-        llm=llm,
-        budget=budget,
-        sample=sample,
-    )
+    fields = {"tool_name": pack.tool_name, "tool_description": current.strip()}
+    return await _evolve("tool", path, current, pack.cases, fields, **options)
