@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, skill_file_name
 from trm_assets.llm.sim.decoding import extra_words, instruction_parts, text_probability
@@ -31,6 +31,15 @@ MOMENTUM_BEGIN = "<!-- momentum:begin -->"
 MOMENTUM_END = "<!-- momentum:end -->"
 OPTIMAL_SECTION = "## Strategy"
 SkillMode = Literal["task", "all", "none"]
+
+
+class Instructions(TypedDict, total=False):
+    """What the agent reads besides its skills (the keywords of :func:`active_texts`, whose
+    defaults apply to any left out)."""
+
+    system_prompt: str
+    tool_descriptions: Sequence[str]
+    skill_mode: SkillMode
 
 
 def probability_correct(
@@ -99,21 +108,10 @@ def expected_accuracy(
     question_ids: Iterable[str],
     skills: Mapping[str, str],
     config: SimConfig,
-    *,
-    system_prompt: str = "",
-    tool_descriptions: Sequence[str] = (),
-    skill_mode: SkillMode = "task",
+    **instructions: Unpack[Instructions],
 ) -> float:
     """Mean expected accuracy of ``skills`` (file name → text) over ``question_ids``."""
-    probs = expected_by_question(
-        world,
-        question_ids,
-        skills,
-        config,
-        system_prompt=system_prompt,
-        tool_descriptions=tool_descriptions,
-        skill_mode=skill_mode,
-    )
+    probs = expected_by_question(world, question_ids, skills, config, **instructions)
     return sum(probs.values()) / len(probs) if probs else float("nan")
 
 
@@ -122,10 +120,7 @@ def expected_by_question(
     question_ids: Iterable[str],
     skills: Mapping[str, str],
     config: SimConfig,
-    *,
-    system_prompt: str = "",
-    tool_descriptions: Sequence[str] = (),
-    skill_mode: SkillMode = "task",
+    **instructions: Unpack[Instructions],
 ) -> dict[str, float]:
     """Per-question expected accuracy, keyed by question id (sorted)."""
     out: dict[str, float] = {}
@@ -133,13 +128,7 @@ def expected_by_question(
         q = world.questions.get(qid)
         if q is None:
             raise KeyError(f"question {qid!r} is not in the simulated world ({world.source})")
-        texts = active_texts(
-            q.task_type,
-            skills,
-            system_prompt=system_prompt,
-            tool_descriptions=tool_descriptions,
-            skill_mode=skill_mode,
-        )
+        texts = active_texts(q.task_type, skills, **instructions)
         out[qid] = question_probability(world, qid, texts, config)
     return out
 
@@ -220,33 +209,16 @@ def oracle_table(
     question_ids: Iterable[str],
     skills: Mapping[str, str],
     config: SimConfig,
-    *,
-    system_prompt: str = "",
-    tool_descriptions: Sequence[str] = (),
-    skill_mode: SkillMode = "task",
+    **instructions: Unpack[Instructions],
 ) -> list[OracleRow]:
     """Per task type (sorted) then ``"all"``: n, expected accuracy of ``skills``, best possible."""
-    probs = expected_by_question(
-        world,
-        question_ids,
-        skills,
-        config,
-        system_prompt=system_prompt,
-        tool_descriptions=tool_descriptions,
-        skill_mode=skill_mode,
-    )
+    probs = expected_by_question(world, question_ids, skills, config, **instructions)
     rows: list[OracleRow] = []
     for tt in world.task_types:
         qids = [q for q in probs if world.questions[q].task_type == tt]
         if not qids:
             continue
-        texts = active_texts(
-            tt,
-            skills,
-            system_prompt=system_prompt,
-            tool_descriptions=tool_descriptions,
-            skill_mode=skill_mode,
-        )
+        texts = active_texts(tt, skills, **instructions)
         rows.append(
             OracleRow(
                 group=tt,
