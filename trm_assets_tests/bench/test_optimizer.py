@@ -26,20 +26,18 @@ from trm_bench.optimizer import (
     wilson,
 )
 from trm_bench.optimizer_run import AA_NOOP, RunSpec, execute, resolve_config
-from trm_bench.overhead import BarrierLog, ideal_seconds, makespan, schedule_seconds
+from trm_bench.overhead import (
+    SMALL_EPOCH,
+    BarrierLog,
+    ideal_seconds,
+    makespan,
+    schedule_seconds,
+)
 from trm_bench.overhead import cli as overhead_cli
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "data" / "configs" / "smoke.yaml"
-TINY = (
-    "val_size=24",
-    "test_size=12",
-    "eval_min_per_class=2",
-    "batch_size=12",
-    "steps_per_epoch=2",
-    "gate_passes=4",
-    "concurrency=4",
-)
+TINY = (*SMALL_EPOCH, "concurrency=4")
 BUDGET = 200
 
 
