@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
+from functools import partial
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
 from trm_assets.llm.openai_compat import (
     ContextLengthExceeded,
@@ -16,42 +15,28 @@ from trm_assets.llm.openai_compat import (
     ProviderRequestError,
 )
 from trm_assets.llm.protocol import InfraError, LLMProvider, Usage
+from trm_assets_tests.llm.providers import chat_once, http_provider
 from trm_assets_tests.llm.test_openai_compat_server import Reply, completion, fake_openai
 
 SECRET = "sk-test-DO-NOT-LEAK-7f3a9c"
 
 
-def provider(url: str, **kw: Any) -> OpenAICompatProvider:
-    args: dict[str, Any] = dict(
-        base_url=url,
-        model="test-model",
-        api_key=SecretStr(SECRET),
-        timeout_s=2.0,
-        max_retries=3,
-        max_concurrency=4,
-        backoff_base_s=0.01,
-        backoff_max_s=0.05,
-        rng=random.Random(0),
-    )
-    args.update(kw)
-    return OpenAICompatProvider(**args)
-
-
-def chat(p: OpenAICompatProvider, **kw: Any) -> Any:
-    async def go() -> Any:
-        try:
-            return await p.chat([{"role": "user", "content": "hi"}], **kw)
-        finally:
-            await p.aclose()
-
-    return asyncio.run(go())
+provider = partial(
+    http_provider,
+    model="test-model",
+    key=SECRET,
+    max_retries=3,
+    max_concurrency=4,
+    backoff_base_s=0.01,
+    backoff_max_s=0.05,
+)
 
 
 def test_success_sends_a_chat_completion_and_counts_usage() -> None:
     with fake_openai(Reply(body=completion("B", usage=(12, 3)))) as srv:
         p = provider(srv.url, price_prompt_per_1k=1.0, price_completion_per_1k=2.0)
         assert isinstance(p, LLMProvider) and not p.is_simulated
-        resp = chat(p, temperature=0.2, max_tokens=50, seed=42)
+        resp = chat_once(p, temperature=0.2, max_tokens=50, seed=42)
     assert resp.content == "B" and resp.tool_calls == () and resp.finish_reason == "stop"
     assert resp.usage == Usage(12, 3) and p.usage == Usage(12, 3)
     assert p.cost_usd == pytest.approx((12 * 1.0 + 3 * 2.0) / 1000)
@@ -86,7 +71,7 @@ def test_tool_call_round_trip() -> None:
     ]
     with fake_openai(Reply(body=completion(None, tool_calls))) as srv:
         p = provider(srv.url)
-        resp = chat(p, tools=tools)
+        resp = chat_once(p, tools=tools)
     assert [(c.id, c.name, c.arguments) for c in resp.tool_calls] == [
         ("call_1", "get_overview", "{}"),
         ("call_2", "answer", '{"letter": "C"}'),
@@ -105,7 +90,7 @@ def test_retries_503_and_429_then_succeeds(caplog: pytest.LogCaptureFixture) -> 
         Reply(body=completion("A")),
     ) as srv:
         p = provider(srv.url)
-        resp = chat(p)
+        resp = chat_once(p)
     assert resp.content == "A" and len(srv.requests) == 3
     assert p.stats().retries == 2 and p.stats().calls == 1
     assert "HTTP 503" in caplog.text and "retrying" in caplog.text
@@ -116,7 +101,7 @@ def test_gives_up_after_max_retries_with_an_infra_error() -> None:
     with fake_openai(Reply(502, {"error": "bad gateway"})) as srv:
         p = provider(srv.url, max_retries=2)
         with pytest.raises(InfraError) as ei:
-            chat(p)
+            chat_once(p)
     assert ei.value.kind == "http_status" and ei.value.status == 502
     assert "gave up after 3 attempt(s)" in str(ei.value)
     assert len(srv.requests) == 3
@@ -130,7 +115,7 @@ def test_other_4xx_are_not_retried_and_not_infra(status: int) -> None:
     ) as srv:
         p = provider(srv.url)
         with pytest.raises(ProviderRequestError) as ei:
-            chat(p)
+            chat_once(p)
     assert not isinstance(ei.value, InfraError) and not isinstance(ei.value, ContextLengthExceeded)
     assert ei.value.status == status and len(srv.requests) == 1
     assert SECRET not in str(ei.value) and f"HTTP {status}" in str(ei.value)
@@ -145,7 +130,7 @@ def test_context_overflow_is_its_own_error() -> None:
     }
     with fake_openai(Reply(400, body)) as srv:
         with pytest.raises(ContextLengthExceeded):
-            chat(provider(srv.url))
+            chat_once(provider(srv.url))
         assert len(srv.requests) == 1
 
 
@@ -153,7 +138,7 @@ def test_timeout_is_an_infra_error() -> None:
     with fake_openai(Reply(body=completion("A"), delay_s=1.0)) as srv:
         p = provider(srv.url, timeout_s=0.2, max_retries=1)
         with pytest.raises(InfraError) as ei:
-            chat(p)
+            chat_once(p)
     assert ei.value.kind == "timeout" and len(srv.requests) == 2
 
 
@@ -161,7 +146,7 @@ def test_connection_refused_is_an_infra_error() -> None:
     with fake_openai() as srv:
         url = srv.url
     with pytest.raises(InfraError) as ei:  # the server is gone
-        chat(provider(url, max_retries=1))
+        chat_once(provider(url, max_retries=1))
     assert ei.value.kind == "connection"
 
 
@@ -169,7 +154,7 @@ def test_connection_refused_is_an_infra_error() -> None:
 def test_a_200_that_is_not_a_chat_completion_is_infra_after_retries(body: Any) -> None:
     with fake_openai(Reply(200, body)) as srv:
         with pytest.raises(InfraError) as ei:
-            chat(provider(srv.url, max_retries=1))
+            chat_once(provider(srv.url, max_retries=1))
         assert len(srv.requests) == 2
     assert ei.value.kind == "invalid_response"
 
@@ -188,14 +173,14 @@ def test_concurrency_is_limited() -> None:
         # 6 requests, 2 at a time, 0.1 s each: at least 3 waves.
         assert elapsed >= 0.28
         # Reusable across event loops (each asyncio.run gets its own pool and semaphore).
-        assert chat(p).content == "A"
+        assert chat_once(p).content == "A"
 
 
 def test_the_key_never_shows_in_repr_or_errors() -> None:
     p = provider("http://127.0.0.1:9/v1", max_retries=0)
     assert SECRET not in repr(p) and "api_key=set" in repr(p) and SECRET not in str(p.stats())
     with pytest.raises(InfraError) as ei:
-        chat(p)
+        chat_once(p)
     assert SECRET not in str(ei.value) and SECRET not in repr(ei.value)
     with pytest.raises(TypeError, match="SecretStr"):
         OpenAICompatProvider(base_url="http://x/v1", model="m", api_key=SECRET)  # type: ignore[arg-type]

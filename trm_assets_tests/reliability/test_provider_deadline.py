@@ -7,7 +7,6 @@ timeout: on the code before this fix the call below was held until the server ga
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import socket
@@ -21,6 +20,7 @@ import pytest
 
 from trm_assets.llm.openai_compat import OpenAICompatProvider
 from trm_assets.llm.protocol import InfraError
+from trm_assets_tests.llm.providers import chat_once
 from trm_assets_tests.llm.test_openai_compat_server import completion
 
 DRIP_S = 0.5  # seconds between two bytes
@@ -98,16 +98,9 @@ def timed_call(url: str, **kw: Any) -> tuple[float, Exception | None]:
     p = OpenAICompatProvider(
         base_url=url, model="m", backoff_base_s=0.01, backoff_max_s=0.01, rng=random.Random(0), **kw
     )
-
-    async def go() -> None:
-        try:
-            await p.chat([{"role": "user", "content": "q"}])
-        finally:
-            await p.aclose()
-
     t0 = time.monotonic()
     try:
-        asyncio.run(go())
+        chat_once(p, "q")
     except Exception as e:  # the test inspects what came out
         return time.monotonic() - t0, e
     return time.monotonic() - t0, None

@@ -10,44 +10,22 @@ connection failure, or a ``UnicodeEncodeError`` traceback).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import random
+from functools import partial
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
 from trm_assets.domain.errors import TrmError
-from trm_assets.llm.openai_compat import OpenAICompatProvider
 from trm_assets.llm.protocol import ApiKeyFormatError, InfraError
+from trm_assets_tests.llm.providers import chat_once, http_provider
 from trm_assets_tests.llm.test_openai_compat_server import Reply, completion, fake_openai
 
 KEY = "sk-trm-good-Z8qW3eR5tY7uI9oP"
 
 
-def provider(url: str, key: str | None = KEY, **kw: Any) -> OpenAICompatProvider:
-    return OpenAICompatProvider(
-        base_url=url,
-        model="m",
-        api_key=SecretStr(key) if key is not None else None,
-        timeout_s=2.0,
-        max_retries=kw.pop("max_retries", 1),
-        backoff_base_s=0.001,
-        backoff_max_s=0.002,
-        rng=random.Random(0),
-        **kw,
-    )
-
-
-def chat(p: OpenAICompatProvider) -> Any:
-    async def go() -> Any:
-        try:
-            return await p.chat([{"role": "user", "content": "q"}])
-        finally:
-            await p.aclose()
-
-    return asyncio.run(go())
+provider = partial(http_provider, key=KEY, max_retries=1)
+chat = partial(chat_once, content="q")
 
 
 def with_message(message: Any) -> dict[str, Any]:

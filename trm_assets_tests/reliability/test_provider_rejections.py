@@ -11,7 +11,7 @@ but infra failures. On the code before this fix the first test below raised ``In
 from __future__ import annotations
 
 import asyncio
-import random
+from functools import partial
 from typing import Any
 
 import pytest
@@ -27,6 +27,7 @@ from trm_assets.llm.protocol import (
     ToolCallingUnsupported,
 )
 from trm_assets_tests.agent.fixtures import kitchen_tree, prompts, question, skills_for
+from trm_assets_tests.llm.providers import http_provider
 from trm_assets_tests.llm.strict_server import strict_openai
 from trm_assets_tests.llm.test_openai_compat_server import Reply, completion, fake_openai
 
@@ -44,18 +45,7 @@ OLD_SHAPE: list[Message] = [  # the tool-call turn as the loop sent it before is
 ]
 
 
-def provider(url: str, **kw: Any) -> OpenAICompatProvider:
-    args: dict[str, Any] = dict(
-        base_url=url,
-        model="m",
-        timeout_s=2.0,
-        max_retries=4,
-        backoff_base_s=0.001,
-        backoff_max_s=0.002,
-        rng=random.Random(0),
-    )
-    args.update(kw)
-    return OpenAICompatProvider(**args)
+provider = partial(http_provider, max_retries=4)
 
 
 def chats(p: OpenAICompatProvider, n: int, messages: list[Message], **kw: Any) -> list[Any]:

@@ -15,19 +15,18 @@ split and base64 cases leaked, and a URL's credentials were printed verbatim.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
-import random
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
 from trm_assets.llm.openai_compat import OpenAICompatProvider
 from trm_assets.llm.redact import MIN_FRAGMENT, excerpt, redact, redact_url
+from trm_assets_tests.llm.providers import chat_once, http_provider
 from trm_assets_tests.llm.test_openai_compat_server import Reply, completion, fake_openai
 
 KEY = "sk-trm-Q7vXk2LmZp9RtW4yBn6HcJ8dF3gS5aE1uV0o"  # 43 characters, fake
@@ -102,34 +101,12 @@ def corpus() -> Iterator[tuple[str, int, Any]]:
 CASES = list(corpus())
 
 
-def provider(url: str, **kw: Any) -> OpenAICompatProvider:
-    args: dict[str, Any] = dict(
-        base_url=url,
-        model="test-model",
-        api_key=SecretStr(KEY),
-        timeout_s=5.0,
-        max_retries=1,
-        backoff_base_s=0.001,
-        backoff_max_s=0.002,
-        rng=random.Random(0),
-    )
-    args.update(kw)
-    return OpenAICompatProvider(**args)
-
-
-def call(p: OpenAICompatProvider) -> Any:
-    async def go() -> Any:
-        try:
-            return await p.chat([{"role": "user", "content": "hi"}])
-        finally:
-            await p.aclose()
-
-    return asyncio.run(go())
+provider = partial(http_provider, model="test-model", key=KEY, timeout_s=5.0, max_retries=1)
 
 
 def outputs_of(p: OpenAICompatProvider, caplog: pytest.LogCaptureFixture) -> list[str]:
     try:
-        resp = call(p)
+        resp = chat_once(p)
     except Exception as e:  # every error path: InfraError, ProviderRequestError, ...
         out = [str(e), repr(e), *map(str, e.args)]
     else:
@@ -160,7 +137,7 @@ def test_a_reply_that_echoes_the_key_is_returned_masked(caplog: pytest.LogCaptur
     ]
     with fake_openai(Reply(body=completion(f"my key is {KEY}", tool_calls))) as srv:
         p = provider(srv.url)
-        resp = call(p)
+        resp = chat_once(p)
     assert leaks(resp.content or "") == [] and resp.content == "my key is **********"
     assert leaks(resp.tool_calls[0].arguments) == []
     assert leaks(caplog.text) == []
