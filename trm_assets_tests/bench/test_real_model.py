@@ -4,8 +4,7 @@ over real HTTP, and how the wire, the run log and the server log are read (no mo
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import httpx
 from trm_assets.evolution.calls import REPAIR_INSTRUCTION
 from trm_assets.harness.data.config import load_config
 from trm_assets.harness.data.questions import load_questions
+from trm_assets_tests.llm.test_openai_compat_server import local_server
 from trm_bench.real_model import (
     CONFIG,
     SUBSET_FILE,
@@ -79,11 +79,9 @@ def test_proxy_forwards_and_records_without_the_key(tmp_path: Path) -> None:
             self.end_headers()
             self.wfile.write(out)
 
-    up = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=up.serve_forever, daemon=True).start()
-    try:
+    with local_server(Upstream) as upstream:
         rec = tmp_path / "calls.jsonl"
-        with RecordingProxy(f"http://127.0.0.1:{up.server_port}", rec, free_port()) as proxy:
+        with RecordingProxy(upstream, rec, free_port()) as proxy:
             url = proxy.base_url + "/chat/completions"
             auth = {"Authorization": "Bearer sekrit-key"}
             msgs = {"messages": [{"role": "user", "content": "x"}]}
@@ -94,9 +92,6 @@ def test_proxy_forwards_and_records_without_the_key(tmp_path: Path) -> None:
                 headers={**auth, "Content-Type": "application/json"},
             )
             calls = proxy.calls()
-    finally:
-        up.shutdown()
-        up.server_close()
     assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "B"
     assert bad.status_code == 500
     assert [c.status for c in calls] == [200, 500]
@@ -110,6 +105,16 @@ def _call(seq: int, request: dict[str, Any], content: str | None, status: int = 
     return WireCall(seq, "POST", "/v1/chat/completions", status, 0.0, 1.0, request, response)
 
 
+def _repair_call(seq: int, prompt: str, unusable: str, repair: str, content: str) -> WireCall:
+    """The repair turn: the prompt, the model's unusable reply, the repair instruction."""
+    turns = [
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": unusable},
+        {"role": "user", "content": repair},
+    ]
+    return _call(seq, {"messages": turns}, content)
+
+
 def test_wire_summary_roles_protocol_errors_and_structured_outcomes() -> None:
     headings = template_headings(REPO / "prompts")
     diag_prompt = headings["diagnose"] + "\n\ncases…"
@@ -120,29 +125,9 @@ def test_wire_summary_roles_protocol_errors_and_structured_outcomes() -> None:
         _call(0, {"messages": [{"role": "system", "content": "s"}], "tools": [{}]}, "A"),
         _call(1, {"messages": [{"role": "user", "content": diag_prompt}]}, good_diag),
         _call(2, {"messages": [{"role": "user", "content": evolve_prompt}]}, "no json"),
-        _call(
-            3,
-            {
-                "messages": [
-                    {"role": "user", "content": evolve_prompt},
-                    {"role": "assistant", "content": "no json"},
-                    {"role": "user", "content": repair},
-                ]
-            },
-            '{"edits": []}',
-        ),
+        _repair_call(3, evolve_prompt, "no json", repair, '{"edits": []}'),
         _call(4, {"messages": [{"role": "user", "content": diag_prompt}]}, "x"),
-        _call(
-            5,
-            {
-                "messages": [
-                    {"role": "user", "content": diag_prompt},
-                    {"role": "assistant", "content": "x"},
-                    {"role": "user", "content": repair},
-                ]
-            },
-            "still not json",
-        ),
+        _repair_call(5, diag_prompt, "x", repair, "still not json"),
         _call(6, {"messages": [{"role": "assistant", "content": None}], "tools": [{}]}, None, 500),
     ]
     s = wire_summary(calls, headings)

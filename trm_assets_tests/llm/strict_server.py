@@ -34,12 +34,12 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from trm_assets_tests.llm.test_openai_compat_server import completion
+from trm_assets_tests.llm.test_openai_compat_server import completion, local_server
 
 Style = Literal["llama_cpp", "fastapi", "openai"]
 
@@ -310,13 +310,6 @@ def strict_openai(
             self.end_headers()
             self.wfile.write(data)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    try:
+    with local_server(Handler) as origin:
+        state.url = f"{origin}/v1"
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()

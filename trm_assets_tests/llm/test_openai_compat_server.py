@@ -101,13 +101,19 @@ def fake_openai(*replies: Reply) -> Iterator[FakeOpenAI]:
             except (BrokenPipeError, ConnectionResetError):
                 pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    try:
+    with local_server(Handler) as origin:
+        state.url = f"{origin}/v1"
         yield state
+
+
+@contextmanager
+def local_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` served by threads on 127.0.0.1 (an ephemeral port); yields the origin URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
