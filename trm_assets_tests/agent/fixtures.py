@@ -146,26 +146,33 @@ Script = Callable[[list[Message], int | None], ChatResponse]
 
 
 class ScriptedLLM:
-    """An LLMProvider whose turns come from a function of (messages, seed); records every call."""
+    """An LLMProvider whose turns come from a function of (messages, seed); records every call
+    as (a copy of the messages, tools, seed)."""
+
+    is_simulated = True
 
     def __init__(self, script: Script, *, latency_s: float = 0.0, model: str = "scripted") -> None:
         self.script = script
         self.latency_s = latency_s
-        self._model = model
-        self._usage = Usage()
+        self.model = model
+        self.usage = Usage()
         self.calls: list[tuple[list[Message], list[ToolSpec] | None, int | None]] = []
 
-    @property
-    def model(self) -> str:
-        return self._model
+    @classmethod
+    def replying(cls, replies: Sequence[str | Exception]) -> ScriptedLLM:
+        """Each call takes the next of ``replies``: a string is the reply's content (100 prompt
+        and 20 completion tokens), an exception is raised."""
+        queue = list(replies)
 
-    @property
-    def usage(self) -> Usage:
-        return self._usage
+        def script(messages: list[Message], seed: int | None) -> ChatResponse:
+            reply = queue.pop(0)
+            if isinstance(reply, Exception):
+                raise reply
+            return ChatResponse(
+                content=reply, usage=Usage(100, 20), model="scripted", latency_s=0.01
+            )
 
-    @property
-    def is_simulated(self) -> bool:
-        return True
+        return cls(script)
 
     async def chat(
         self,
@@ -180,7 +187,7 @@ class ScriptedLLM:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         resp = self.script(messages, seed)
-        self._usage = self._usage + resp.usage
+        self.usage = self.usage + resp.usage
         return resp
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,49 +36,14 @@ from trm_assets.harness.storage.workspace import (
     resolve_paths,
     skill_store,
 )
-from trm_assets.llm.protocol import ChatResponse, InfraError, Message, Usage
+from trm_assets.llm.protocol import InfraError
 from trm_assets.llm.sim.provider import SimulatedProvider
 from trm_assets.llm.sim.world import SimWorld, load_world
 from trm_assets.llm.sim_config import ProposalMix, SimConfig
+from trm_assets_tests.agent.fixtures import ScriptedLLM
 
 SMOKE = Path(__file__).resolve().parents[2] / "data" / "smoke"
 TASK = "Counting Problem"
-
-
-class ScriptedLLM:
-    """An LLMProvider that replies with the given strings (or raises the given errors)."""
-
-    def __init__(self, replies: Sequence[str | Exception]) -> None:
-        self.replies = list(replies)
-        self.requests: list[tuple[list[Message], int | None]] = []
-        self._usage = Usage()
-
-    @property
-    def model(self) -> str:
-        return "scripted"
-
-    @property
-    def usage(self) -> Usage:
-        return self._usage
-
-    @property
-    def is_simulated(self) -> bool:
-        return True
-
-    async def chat(
-        self,
-        messages: list[Message],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        temperature: float = 0.0,
-        max_tokens: int | None = None,
-        seed: int | None = None,
-    ) -> ChatResponse:
-        self.requests.append((messages, seed))
-        reply = self.replies.pop(0)
-        if isinstance(reply, Exception):
-            raise reply
-        return ChatResponse(content=reply, usage=Usage(100, 20), model="scripted", latency_s=0.01)
 
 
 def run(coro: Any) -> Any:
@@ -186,7 +150,7 @@ def test_malformed_output_gets_one_repair_then_no_edit(
 ) -> None:
     paths = resolve_paths(ws)
     template = load_evolve_prompts(prompt_store(paths)).evolve_skill
-    llm = ScriptedLLM(["I would add a step.", '{"edits": [{"op": "insert"}]}'])
+    llm = ScriptedLLM.replying(["I would add a step.", '{"edits": [{"op": "insert"}]}'])
     rec = run(
         evolve_single_skill(
             _pack(questions), skill_store(paths), llm=llm, template=template, budget=2, sample=5
@@ -196,7 +160,7 @@ def test_malformed_output_gets_one_repair_then_no_edit(
     assert "after one repair" in rec.detail
     assert rec.candidate_text == rec.original_text and rec.apply_report is None
     assert [c.outcome for c in rec.calls] == ["malformed", "malformed"]
-    (first, seed1), (second, seed2) = llm.requests
+    (first, _, seed1), (second, _, seed2) = llm.calls
     assert (seed1, seed2) == (5, 6)
     assert second[0] == first[0] and second[1]["role"] == "assistant"
     assert "could not be used" in second[2]["content"]
@@ -205,7 +169,7 @@ def test_malformed_output_gets_one_repair_then_no_edit(
 def test_repair_that_succeeds_is_used(ws: Path, questions: dict[str, Question]) -> None:
     paths = resolve_paths(ws)
     template = load_evolve_prompts(prompt_store(paths)).evolve_skill
-    llm = ScriptedLLM(["```json\n{not json\n```", "Here you go:\n" + _edits(GOOD)])
+    llm = ScriptedLLM.replying(["```json\n{not json\n```", "Here you go:\n" + _edits(GOOD)])
     rec = run(
         evolve_single_skill(
             _pack(questions), skill_store(paths), llm=llm, template=template, budget=1
@@ -242,7 +206,7 @@ def test_edit_aimed_at_the_protected_block_is_refused(
         "text": "- ignore the momentum",
         "rationale": "r",
     }
-    llm = ScriptedLLM([_edits(attack, GOOD)])
+    llm = ScriptedLLM.replying([_edits(attack, GOOD)])
     rec = run(
         evolve_single_skill(
             _pack(questions), skill_store(paths), llm=llm, template=template, budget=2
@@ -253,7 +217,7 @@ def test_edit_aimed_at_the_protected_block_is_refused(
     assert rec.status == "applied"
     orig_block = rec.original_text[rec.original_text.index(MOMENTUM_BEGIN) :]
     assert rec.candidate_text.endswith(orig_block)
-    llm = ScriptedLLM([_edits(attack)])
+    llm = ScriptedLLM.replying([_edits(attack)])
     only = run(
         evolve_single_skill(
             _pack(questions), skill_store(paths), llm=llm, template=template, budget=2
@@ -267,7 +231,7 @@ def test_hostile_file_names_are_refused_before_any_call(
 ) -> None:
     paths = resolve_paths(ws)
     prompts = load_evolve_prompts(prompt_store(paths))
-    llm = ScriptedLLM([])
+    llm = ScriptedLLM.replying([])
     for bad in ("../../etc/passwd.md", "/tmp/x.md", "sub/x.md", "..", ".hidden.md"):
         with pytest.raises(UnsafeSkillPathError):
             run(
@@ -290,13 +254,13 @@ def test_hostile_file_names_are_refused_before_any_call(
                     budget=1,
                 )
             )
-    assert llm.requests == []
+    assert llm.calls == []
 
 
 def test_infra_error_propagates(ws: Path, questions: dict[str, Question]) -> None:
     paths = resolve_paths(ws)
     template = load_evolve_prompts(prompt_store(paths)).evolve_skill
-    llm = ScriptedLLM([InfraError("timeout", "simulated")])
+    llm = ScriptedLLM.replying([InfraError("timeout", "simulated")])
     with pytest.raises(InfraError):
         run(
             evolve_single_skill(
@@ -320,7 +284,7 @@ def test_prompt_shows_every_rejection_of_the_file_with_its_verdict(
         _rejected(name, "- Maybe helpful.", "not_verified"),
         _rejected("other.md", "- Elsewhere.", "verified_harmful"),
     ]
-    llm = ScriptedLLM([_edits()])
+    llm = ScriptedLLM.replying([_edits()])
     rec = run(
         evolve_single_skill(
             _pack(questions),
@@ -332,7 +296,7 @@ def test_prompt_shows_every_rejection_of_the_file_with_its_verdict(
         )
     )
     assert rec.status == "no_edit" and rec.detail == "the model proposed no edit"
-    prompt = llm.requests[0][0][0]["content"]
+    prompt = llm.calls[0][0][0]["content"]
     block = prompt.split("<rejected_edits>")[1].split("</rejected_edits>")[0].strip().splitlines()
     assert block == [
         '- Do not add "- Answer at once." in section "Strategy" (verified harmful: REJECT, '
@@ -353,7 +317,7 @@ def test_system_and_tool_evolution(ws: Path, questions: dict[str, Question]) -> 
         evolve_system_prompt(
             SystemCasePack(_cases(questions)),
             prompt_store(paths),
-            llm=ScriptedLLM([_edits(add)]),
+            llm=ScriptedLLM.replying([_edits(add)]),
             template=prompts.evolve_system,
             budget=1,
         )
@@ -364,7 +328,7 @@ def test_system_and_tool_evolution(ws: Path, questions: dict[str, Question]) -> 
         evolve_single_tool(
             ToolCasePack("get_ocr", _cases(questions)),
             prompt_store(paths),
-            llm=ScriptedLLM([_edits(add)]),
+            llm=ScriptedLLM.replying([_edits(add)]),
             template=prompts.evolve_tool,
             budget=1,
         )
@@ -375,7 +339,7 @@ def test_system_and_tool_evolution(ws: Path, questions: dict[str, Question]) -> 
             evolve_single_tool(
                 ToolCasePack("no_such_tool", ()),
                 prompt_store(paths),
-                llm=ScriptedLLM([]),
+                llm=ScriptedLLM.replying([]),
                 template=prompts.evolve_tool,
                 budget=1,
             )
@@ -484,7 +448,7 @@ def test_diagnosis_keeps_cases_when_replies_are_malformed_and_raises_when_all_in
     paths = resolve_paths(ws)
     rows = _run_rows(questions)
     prompts = load_diagnose_prompts(prompt_store(paths))
-    bad = ScriptedLLM(["nope"] * 40)
+    bad = ScriptedLLM.replying(["nope"] * 40)
     res = run(
         run_diagnosis(
             "base_e0_s0", questions, None, bad, FakeRunLog(rows), skill_store(paths), prompts, 2
@@ -492,7 +456,7 @@ def test_diagnosis_keeps_cases_when_replies_are_malformed_and_raises_when_all_in
     )
     assert res.n_failed == 10 and res.n_malformed == 10 and res.n_diagnosed == 0
     assert sum(len(p.cases) for p in res.skill_packs.values()) == 10
-    down = ScriptedLLM([InfraError("connection", "refused")] * 40)
+    down = ScriptedLLM.replying([InfraError("connection", "refused")] * 40)
     with pytest.raises(InfraError):
         run(
             run_diagnosis(
@@ -520,7 +484,7 @@ def test_momentum_updates_the_protected_block_or_keeps_the_previous_guidance(
     qids = sorted(q.question_id for q in questions.values() if q.task_type == TASK)[:4]
     before = dict(zip(qids, [True, True, False, False], strict=True))
     after = dict(zip(qids, [False, True, True, False], strict=True))
-    llm = ScriptedLLM(['{"guidance": "- Keep counting twice."}'])
+    llm = ScriptedLLM.replying(['{"guidance": "- Keep counting twice."}'])
     rec = run(
         update_momentum(
             skill_file_name(TASK),
@@ -534,9 +498,9 @@ def test_momentum_updates_the_protected_block_or_keeps_the_previous_guidance(
         )
     )
     assert rec.updated and "- Keep counting twice." in rec.candidate_text
-    prompt = llm.requests[0][0][0]["content"]
+    prompt = llm.calls[0][0][0]["content"]
     assert prompt.index(qids[0]) < prompt.index(qids[2])  # regressions shown first
-    bad = ScriptedLLM(["no json", "still none"])
+    bad = ScriptedLLM.replying(["no json", "still none"])
     kept = run(
         update_momentum(
             skill_file_name(TASK),
