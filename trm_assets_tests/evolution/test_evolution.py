@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -399,19 +400,23 @@ def test_diagnosis_builds_skill_system_and_tool_packs(
     cfg = SimConfig(diagnose_system_prob=0.2, diagnose_tool_prob=0.2)
     llm = SimulatedProvider(world, cfg, inject_faults=False)
     rows = _run_rows(questions)
-    res = run(
-        run_diagnosis(
-            "base_e0_s0",
-            list(questions.values()),
-            None,
-            llm,
-            FakeRunLog(rows),
-            skill_store(paths),
-            load_diagnose_prompts(prompt_store(paths)),
-            concurrency=3,
-            max_cases_per_call=2,
+
+    def diagnose(qs: Sequence[Question] | Mapping[str, Question], concurrency: int) -> Any:
+        return run(
+            run_diagnosis(
+                "base_e0_s0",
+                qs,
+                None,
+                llm,
+                FakeRunLog(rows),
+                skill_store(paths),
+                load_diagnose_prompts(prompt_store(paths)),
+                concurrency=concurrency,
+                max_cases_per_call=2,
+            )
         )
-    )
+
+    res = diagnose(list(questions.values()), concurrency=3)
     failed = sorted(r["question_id"] for r in rows if r["failure_kind"] == "task")
     assert res.n_failed == len(failed) == 10
     got = [c.question_id for p in res.skill_packs.values() for c in p.cases]
@@ -426,19 +431,7 @@ def test_diagnosis_builds_skill_system_and_tool_packs(
     assert list(res.skill_packs) == sorted(res.skill_packs)
     assert set(res.tool_packs) <= set(load_diagnose_prompts(prompt_store(paths)).tool_names)
     assert all(c.role == "diagnose" for c in res.calls)
-    again = run(
-        run_diagnosis(
-            "base_e0_s0",
-            questions,
-            None,
-            llm,
-            FakeRunLog(rows),
-            skill_store(paths),
-            load_diagnose_prompts(prompt_store(paths)),
-            concurrency=1,
-            max_cases_per_call=2,
-        )
-    )
+    again = diagnose(questions, concurrency=1)
     assert again.skill_packs == res.skill_packs and again.tool_packs == res.tool_packs
 
 
