@@ -31,7 +31,7 @@ from trm_assets.domain.ladder import (
     update_ladder,
     warm_order,
 )
-from trm_assets.domain.question import Question
+from trm_assets_tests.agent.fixtures import question
 
 POOL = {f"q{i}": ("T" if i < 8 else "U") for i in range(10)}
 
@@ -176,20 +176,7 @@ def test_cache_lookup_and_round_trip() -> None:
 
 
 def test_ladder_from_questions_equals_mapping() -> None:
-    qs = [
-        Question(
-            question_id=qid,
-            video_id="v",
-            duration="short",
-            domain="d",
-            sub_category="s",
-            task_type=task,
-            question="?",
-            options=("A. a", "B. b", "C. c", "D. d"),
-            answer="B",
-        )
-        for qid, task in reversed(list(POOL.items()))
-    ]
+    qs = [question(qid, task) for qid, task in reversed(list(POOL.items()))]
     params = LadderParams()
     assert new_ladder(qs, params) == new_ladder(POOL, params)
     assert ladder_pool_fingerprint(qs, params) == ladder_pool_fingerprint(POOL, params)

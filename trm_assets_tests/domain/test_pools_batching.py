@@ -26,21 +26,7 @@ from trm_assets.domain.pools import (
     split_pools,
     task_map,
 )
-from trm_assets.domain.question import Question
-
-
-def question(qid: str, task: str) -> Question:
-    return Question(
-        question_id=qid,
-        video_id="v1",
-        duration="short",
-        domain="d",
-        sub_category="s",
-        task_type=task,
-        question="?",
-        options=("A. a", "B. b", "C. c", "D. d"),
-        answer="A",
-    )
+from trm_assets_tests.agent.fixtures import question
 
 
 def corpus(sizes: dict[str, int]) -> dict[str, str]:
