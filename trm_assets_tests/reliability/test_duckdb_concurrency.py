@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -33,6 +35,26 @@ _HOLD_READER = (
     "r = RunLogReader.open(sys.argv[1]); print('open', flush=True); time.sleep(float(sys.argv[2]));"
     " r.close()"
 )
+
+
+@contextmanager
+def _holder(code: str, *args: str, kill: bool) -> Iterator[subprocess.Popen[str]]:
+    """A child running ``code`` that prints ``open`` once it holds the database; yielded then.
+    At exit it is killed (``kill``) or left to finish, and waited for."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        yield holder
+    finally:
+        if kill:
+            holder.kill()
+        holder.wait(timeout=30)
 
 
 def _read_everything(ws: Path) -> dict[str, object]:
@@ -98,22 +120,12 @@ def test_a_writer_waits_for_a_short_lived_reader(tmp_path: Path) -> None:
     next unit of work: ``RunLog.open`` retries for a bounded time."""
     db = tmp_path / "runs.duckdb"
     RunLog.open(db).close()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_READER, str(db), "1.5"],
-        cwd=REPO,
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+    with _holder(_HOLD_READER, str(db), "1.5", kill=False):
         t0 = time.monotonic()
         log = RunLog.open(db)
         waited = time.monotonic() - t0
         log.close()
         assert 0.5 < waited < 15
-    finally:
-        holder.wait(timeout=30)
 
 
 def test_reader_of_a_locked_file_raises_a_clear_retryable_error(tmp_path: Path) -> None:
@@ -123,15 +135,7 @@ def test_reader_of_a_locked_file_raises_a_clear_retryable_error(tmp_path: Path) 
         "import sys, time; from trm_assets.harness.storage.runlog import RunLog; "
         "w = RunLog.open(sys.argv[1]); print('open', flush=True); time.sleep(20); w.close()"
     )
-    holder = subprocess.Popen(
-        [sys.executable, "-c", hold_writer, str(db)],
-        cwd=REPO,
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+    with _holder(hold_writer, str(db), kill=True) as holder:
         t0 = time.monotonic()
         try:
             RunLogReader.open(db, retries=2, wait_s=0.1)
@@ -140,6 +144,3 @@ def test_reader_of_a_locked_file_raises_a_clear_retryable_error(tmp_path: Path) 
         else:
             raise AssertionError("a read-only open of a write-locked file must raise")
         assert time.monotonic() - t0 < 5
-    finally:
-        holder.kill()
-        holder.wait(timeout=30)
