@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +44,22 @@ def child_env(**extra: str) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
+
+
+def run_child(
+    argv: Sequence[str], *, timeout_s: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python argv…`` from the repository, bounded, its output captured; ``env`` defaults to
+    :func:`child_env`."""
+    return subprocess.run(
+        [sys.executable, *argv],
+        cwd=REPO,
+        env=child_env() if env is None else env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 @dataclass
@@ -101,14 +117,6 @@ def run_cli(
     args: list[str], env: dict[str, str], timeout_s: float, log_path: Path
 ) -> subprocess.CompletedProcess[str]:
     """One ``trm`` subcommand as a child process (bounded), its output also saved to a log."""
-    res = subprocess.run(
-        [sys.executable, "-m", "trm_assets.cli", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    res = run_child(["-m", "trm_assets.cli", *args], timeout_s=timeout_s, env=env)
     log_path.write_text(res.stdout + "\n--- stderr ---\n" + res.stderr, encoding="utf-8")
     return res

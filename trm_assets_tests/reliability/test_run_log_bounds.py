@@ -10,15 +10,13 @@ is kept (``final_text_bytes``, ``content_bytes``), and counts are clamped into 0
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from trm_assets.harness.storage.runlog import RunLog
-from trm_assets_tests.reliability.conftest import REPO, child_env
+from trm_assets_tests.reliability.conftest import run_child
 
 CAP = 64 * 1024
 
@@ -118,15 +116,7 @@ print((peak - base) // 1024, db.stat().st_size // (1024 * 1024))
 
 def test_ten_megabyte_replies_use_bounded_memory_and_disk(tmp_path: Path) -> None:
     """72 stored copies of a 10 MB reply (720 MB of text) in one flush."""
-    res = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path / "runs.duckdb")],
-        cwd=REPO,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    res = run_child(["-c", CHILD, str(tmp_path / "runs.duckdb")], timeout_s=300)
     assert res.returncode == 0, res.stderr
     extra_rss_mb, file_mb = map(int, res.stdout.split()[-2:])  # after any progress bar
     assert file_mb < 16, file_mb  # 72 values of 64 KiB = 4.5 MB (+ DuckDB's blocks)

@@ -34,6 +34,7 @@ from trm_assets_tests.reliability.conftest import (
     REPO,
     child_env,
     new_workspace,
+    run_child,
     run_cli,
     snapshot,
     tiny_config,
@@ -80,15 +81,7 @@ def holder_process(ws: Path) -> Iterator[subprocess.Popen[str]]:
 
 
 def try_in_child(ws: Path) -> str:
-    res = subprocess.run(
-        [sys.executable, "-c", TRY, str(ws)],
-        cwd=REPO,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    res = run_child(["-c", TRY, str(ws)], timeout_s=60)
     assert res.returncode == 0, res.stderr
     return res.stdout.strip()
 
