@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -68,14 +69,19 @@ def test_strip_trailing_commas_keeps_strings() -> None:
     }
 
 
-def test_csv(tmp_path: Path) -> None:
-    rows = flat_rows([video("001"), video("002")])
-    p = tmp_path / "q.csv"
-    with p.open("w", newline="", encoding="utf-8") as fh:
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """The flat rows as a CSV file (options as a JSON list), one column per key of the first."""
+    with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         for r in rows:
             w.writerow({**r, "options": json.dumps(r["options"])})
+    return path
+
+
+def test_csv(tmp_path: Path) -> None:
+    rows = flat_rows([video("001"), video("002")])
+    p = write_csv(tmp_path / "q.csv", rows)
     qs = load_questions(p)
     assert len(qs) == 4 and qs[3].question_id == "002-2"
     assert qs[0].url == "https://example.invalid/001"
@@ -142,12 +148,7 @@ def test_invalid_json_syntax_names_line(write_json) -> None:
 def test_csv_bad_row_names_row_number(tmp_path: Path) -> None:
     rows = flat_rows([video("001")])
     rows[1]["duration"] = "forever"
-    p = tmp_path / "q.csv"
-    with p.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, "options": json.dumps(r["options"])})
+    p = write_csv(tmp_path / "q.csv", rows)
     with pytest.raises(QuestionFormatError) as ei:
         load_questions(p)
     assert "row 3" in str(ei.value) and "duration" in str(ei.value)
