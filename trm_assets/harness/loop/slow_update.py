@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from trm_assets.domain.edits import edit_budget_end
 from trm_assets.domain.ladder import update_ladder
@@ -84,7 +84,9 @@ from trm_assets.harness.storage.records import (
     WriteBack,
 )
 from trm_assets.harness.storage.runlog import RunLogReader
+from trm_assets.harness.storage.versions import VersionNote
 from trm_assets.harness.storage.workspace import (
+    StoreKind,
     advance_current,
     prompt_store,
     read_best,
@@ -118,6 +120,19 @@ def _need(value: T | None, name: str) -> T:
 def _val_expected(ctx: LoopContext, skills: str, prompts: str) -> float | None:
     """The oracle's expected validation accuracy of a pair (None with a real model)."""
     return ctx.expected_accuracy(skills, prompts, list(ctx.pools.validation))
+
+
+def _advance_if_changed(
+    ctx: LoopContext,
+    kind: StoreKind,
+    current: str,
+    changes: Mapping[str, str],
+    **note: Unpack[VersionNote],
+) -> str:
+    """ONE new ``kind`` version holding every change (in file order); ``current`` if none."""
+    if not changes:
+        return current
+    return advance_current(ctx.workspace, kind, dict(sorted(changes.items())), **note).version
 
 
 # 1 ----------------------------------------------------------------------------------------------
@@ -332,15 +347,14 @@ def apply_momentum(s: UnitSession) -> MomentumOutcome:
         charge_calls(state, f"e{epoch}", "momentum", rec.calls)
         if rec.updated and rec.candidate_text != rec.original_text:
             changes[rec.skill_file] = rec.candidate_text
-    version = paths.skills_version
-    if changes:
-        version = advance_current(
-            ctx.workspace,
-            "skills",
-            dict(sorted(changes.items())),
-            reason=f"momentum e{epoch}",
-            extra={"momentum": sorted(changes)},
-        ).version
+    version = _advance_if_changed(
+        ctx,
+        "skills",
+        paths.skills_version,
+        changes,
+        reason=f"momentum e{epoch}",
+        extra={"momentum": sorted(changes)},
+    )
     out = MomentumOutcome(
         updated=tuple(sorted(changes)), skills_version=version, new_version=bool(changes)
     )
@@ -399,15 +413,9 @@ def evolve_system_and_tools(s: UnitSession) -> PromptsEvolution:
             changes[rec.target_file] = rec.candidate_text
             edits.extend({"file": rec.target_file, **row} for row in rec.report_rows())
     before = paths.prompts_version
-    after = before
-    if changes:
-        after = advance_current(
-            ctx.workspace,
-            "prompts",
-            dict(sorted(changes.items())),
-            reason=f"system/tool evolution e{epoch}",
-            edits=edits,
-        ).version
+    after = _advance_if_changed(
+        ctx, "prompts", before, changes, reason=f"system/tool evolution e{epoch}", edits=edits
+    )
     out = PromptsEvolution(before=before, after=after, changed=tuple(sorted(changes)))
     state.slow = replace(state.slow, prompts=out)
     return out
