@@ -109,30 +109,22 @@ def run_epoch(
     lock throughout.
     """
     with workspace_lock(ctx.workspace, command=f"epoch e{epoch}"):
-        return _run_epoch(ctx, epoch, echo=echo, on_unit=on_unit)
-
-
-def _run_epoch(
-    ctx: LoopContext,
-    epoch: int,
-    *,
-    echo: Echo | None = None,
-    on_unit: Callable[[Action], None] | None = None,
-) -> int:
-    ran = 0
-    while True:
-        nxt = current_action(ctx)
-        in_epoch = nxt.kind in ("step", "slow_update") and nxt.epoch == epoch
-        if nxt.kind == "init" or in_epoch:
-            pass
-        elif nxt.kind in ("step", "slow_update") and nxt.epoch is not None and nxt.epoch < epoch:
-            raise UnitOrderError(
-                f"{ctx.workspace}: epoch {epoch} cannot start before epoch {nxt.epoch} is "
-                f"complete (next unit: {nxt.describe()}); materialize epoch e{nxt.epoch} first"
-            )
-        else:
-            return ran  # the epoch is complete (or training finished / early-stopped)
-        run_action(ctx, nxt, echo=echo)
-        ran += 1
-        if on_unit is not None:
-            on_unit(nxt)
+        ran = 0
+        while True:
+            nxt = current_action(ctx)
+            in_epoch = nxt.kind in ("step", "slow_update") and nxt.epoch == epoch
+            if nxt.kind == "init" or in_epoch:
+                pass
+            elif (
+                nxt.kind in ("step", "slow_update") and nxt.epoch is not None and nxt.epoch < epoch
+            ):
+                raise UnitOrderError(
+                    f"{ctx.workspace}: epoch {epoch} cannot start before epoch {nxt.epoch} is "
+                    f"complete (next unit: {nxt.describe()}); materialize epoch e{nxt.epoch} first"
+                )
+            else:
+                return ran  # the epoch is complete (or training finished / early-stopped)
+            run_action(ctx, nxt, echo=echo)
+            ran += 1
+            if on_unit is not None:
+                on_unit(nxt)
