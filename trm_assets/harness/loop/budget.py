@@ -20,16 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trm_assets.domain import gate as kernel
 from trm_assets.domain.batching import make_batches
-from trm_assets.domain.gate import (
-    Verdict,
-    chunk_plan,
-    default_passes,
-    gate_decision,
-    gate_plan,
-    new_gate_state,
-    pair_block,
-)
 from trm_assets.domain.pools import Pools
 from trm_assets.domain.question import Question
 from trm_assets.harness.data.config import RunConfig
@@ -82,9 +74,11 @@ def gate_d_max(cfg: RunConfig, pool_size: int, extra_size: int = 0) -> int:
         if cfg.gate_pool == "validation+diagnosis":
             pool_size += extra_size
     else:
-        passes = cfg.gate_passes if cfg.gate_passes is not None else default_passes(pool_size)
+        passes = (
+            cfg.gate_passes if cfg.gate_passes is not None else kernel.default_passes(pool_size)
+        )
     qids = [f"q{i}" for i in range(pool_size)]
-    return len(gate_plan(qids, passes, cfg.gate_block, cfg.gate_max_blocks))
+    return len(kernel.gate_plan(qids, passes, cfg.gate_block, cfg.gate_max_blocks))
 
 
 def accept_reachable(cfg: RunConfig, d_max: int) -> bool:
@@ -95,16 +89,16 @@ def accept_reachable(cfg: RunConfig, d_max: int) -> bool:
         return False
     params = gate_params_of(cfg)
     plan = [(f"q{i}", 0) for i in range(d_max)]
-    state = new_gate_state(d_max, params)
-    for chunk in chunk_plan(plan, params.block):
+    state = kernel.new_gate_state(d_max, params)
+    for chunk in kernel.chunk_plan(plan, params.block):
         keys = list(chunk)
-        block = pair_block(
+        block = kernel.pair_block(
             keys, dict.fromkeys(keys, False), dict.fromkeys(keys, True), len(keys), len(keys)
         )
-        v = gate_decision(state, block, params)
-        if v.verdict is Verdict.ACCEPT:
+        v = kernel.gate_decision(state, block, params)
+        if v.verdict is kernel.Verdict.ACCEPT:
             return True
-        if v.verdict is not Verdict.CONTINUE:
+        if v.verdict is not kernel.Verdict.CONTINUE:
             return False
     return False
 
