@@ -46,6 +46,7 @@ from trm_assets.llm.protocol import (
     InfraError,
     LLMProvider,
     Message,
+    ToolCall,
     ToolSpec,
     Usage,
 )
@@ -132,6 +133,18 @@ class _Trace:
 
     def add(self, **kw: Any) -> None:
         self.steps.append(TraceStep(seq=len(self.steps), **kw))
+
+    def add_tool(self, step: int, call: ToolCall, t0: float, **kw: Any) -> None:
+        """A tool turn: the call (arguments clipped), its latency since ``t0``, then ``kw``."""
+        self.add(
+            step=step,
+            role="tool",
+            tool_name=call.name,
+            tool_call_id=call.id,
+            arguments=_clip(call.arguments),
+            latency_s=time.perf_counter() - t0,
+            **kw,
+        )
 
 
 def tool_message(call_id: str, name: str, content: str) -> Message:
@@ -244,15 +257,7 @@ class AgentLoop:
                 try:
                     result = await tools.call(call.name, call.arguments)
                 except InfraError as e:  # the VLM behind inspect_frames
-                    trace.add(
-                        step=step,
-                        role="tool",
-                        tool_name=call.name,
-                        tool_call_id=call.id,
-                        arguments=_clip(call.arguments),
-                        latency_s=time.perf_counter() - t0,
-                        error=f"infra: {e}",
-                    )
+                    trace.add_tool(step, call, t0, error=f"infra: {e}")
                     return outcome("", STOP_ERROR, infra_error=str(e))
                 n_tools += 1
                 if result.error is not None:
@@ -260,15 +265,12 @@ class AgentLoop:
                 if result.source is not None:
                     sources.append(result.source)
                 visited.update(dict.fromkeys(result.node_ids))
-                trace.add(
-                    step=step,
-                    role="tool",
-                    tool_name=call.name,
-                    tool_call_id=call.id,
-                    arguments=_clip(call.arguments),
+                trace.add_tool(
+                    step,
+                    call,
+                    t0,
                     content=_clip(result.content),
                     result_chars=len(result.content),
-                    latency_s=time.perf_counter() - t0,
                     error=result.error,
                 )
                 if call.name == ANSWER_TOOL and result.letter is not None:
