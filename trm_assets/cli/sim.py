@@ -8,11 +8,27 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from trm_assets.llm.sim_config import SimConfig
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _data_option(help_text: str | None = None) -> Callable[[F], F]:
+    """``--data`` of the commands reading a SIMULATED sample (``data_dir``)."""
+    return click.option(
+        "--data",
+        "data_dir",
+        type=click.Path(path_type=Path),
+        default=Path("data/default"),
+        show_default=True,
+        help=help_text,
+    )
 
 
 @click.command("synth")
@@ -83,14 +99,7 @@ def _sim_config(
     "--host", default="127.0.0.1", show_default=True, help="Bind address (loopback by default)."
 )
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
-@click.option(
-    "--data",
-    "data_dir",
-    type=click.Path(path_type=Path),
-    default=Path("data/default"),
-    show_default=True,
-    help="Sample directory (or its ground_truth.json).",
-)
+@_data_option("Sample directory (or its ground_truth.json).")
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Simulator seed (SimConfig.seed)."
 )
@@ -180,13 +189,7 @@ def serve(
 
 
 @click.command("sim-oracle")
-@click.option(
-    "--data",
-    "data_dir",
-    type=click.Path(path_type=Path),
-    default=Path("data/default"),
-    show_default=True,
-)
+@_data_option()
 @click.option(
     "--skills",
     "skills_dir",
