@@ -212,19 +212,17 @@ def test_simulated_model_end_to_end_in_process_and_over_http(
     qs = qs[:60]
 
     def run(llm: Any, log: RunLog, run_id: str) -> InferenceResult:
-        return asyncio.run(
-            run_inference(
-                qs,
-                llm=llm,
-                tools=tools,
-                log=log,
-                run_id=run_id,
-                concurrency=8,
-                max_steps=8,
-                skills=skills,
-                prompts=prompts(),
-                temperature=1.0,  # the default world's sampling agent: fresh draws per run id
-            )
+        # temperature 1: the default world's sampling agent, fresh draws per run id
+        return infer(
+            llm,
+            log,
+            qs,
+            tools=tools,
+            run_id=run_id,
+            concurrency=8,
+            skills=skills,
+            max_steps=8,
+            temperature=1.0,
         )
 
     secret = "sk-e2e-NEVER-STORE-31337"
@@ -262,18 +260,8 @@ def test_http_and_in_process_give_identical_outcomes() -> None:
     qs = qs[:30]
 
     def run(llm: Any) -> InferenceResult:
-        return asyncio.run(
-            run_inference(
-                qs,
-                llm=llm,
-                tools=tools,
-                log=None,
-                run_id="same",
-                concurrency=6,
-                max_steps=8,
-                skills=skills,
-                prompts=prompts(),
-            )
+        return infer(
+            llm, None, qs, tools=tools, run_id="same", concurrency=6, max_steps=8, skills=skills
         )
 
     a = run(SimulatedProvider(world, SimConfig(), inject_faults=False))
