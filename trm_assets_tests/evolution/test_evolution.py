@@ -477,35 +477,27 @@ def test_momentum_updates_the_protected_block_or_keeps_the_previous_guidance(
     qids = sorted(q.question_id for q in questions.values() if q.task_type == TASK)[:4]
     before = dict(zip(qids, [True, True, False, False], strict=True))
     after = dict(zip(qids, [False, True, True, False], strict=True))
-    llm = ScriptedLLM.replying(['{"guidance": "- Keep counting twice."}'])
-    rec = run(
-        update_momentum(
-            skill_file_name(TASK),
-            TASK,
-            skill_store(paths),
-            before,
-            after,
-            questions,
-            llm=llm,
-            template=template,
+
+    def momentum(llm: ScriptedLLM) -> Any:
+        return run(
+            update_momentum(
+                skill_file_name(TASK),
+                TASK,
+                skill_store(paths),
+                before,
+                after,
+                questions,
+                llm=llm,
+                template=template,
+            )
         )
-    )
+
+    llm = ScriptedLLM.replying(['{"guidance": "- Keep counting twice."}'])
+    rec = momentum(llm)
     assert rec.updated and "- Keep counting twice." in rec.candidate_text
     prompt = llm.calls[0][0][0]["content"]
     assert prompt.index(qids[0]) < prompt.index(qids[2])  # regressions shown first
-    bad = ScriptedLLM.replying(["no json", "still none"])
-    kept = run(
-        update_momentum(
-            skill_file_name(TASK),
-            TASK,
-            skill_store(paths),
-            before,
-            after,
-            questions,
-            llm=bad,
-            template=template,
-        )
-    )
+    kept = momentum(ScriptedLLM.replying(["no json", "still none"]))
     assert not kept.updated and kept.candidate_text == kept.original_text
 
 
