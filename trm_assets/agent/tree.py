@@ -8,7 +8,6 @@ and raises :class:`TreeFormatError` naming the file, the node id and the field.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -205,13 +204,7 @@ def load_tree(path: str | Path) -> VideoTree:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise TreeFormatError(str(p), None, None, f"a readable file ({e.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TreeFormatError(
-            str(p), f"line {e.lineno} column {e.colno}", None, f"valid JSON ({e.msg})"
-        ) from None
-    return parse_tree(data, str(p))
+    return parse_tree(TreeFormatError.decode_json(text, str(p)), str(p))
 
 
 def load_trees(directory: str | Path) -> dict[str, VideoTree]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -42,6 +43,16 @@ class DataFormatError(TrmError, ValueError):
     @classmethod
     def from_messages(cls, source: str, problems: Sequence[str]) -> DataFormatError:
         return cls(source, None, None, "a valid file", problems=list(problems))
+
+    @classmethod
+    def decode_json(cls, text: str, source: str) -> Any:
+        """``json.loads(text)``; invalid JSON raises this error naming its line and column."""
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise cls(
+                source, f"line {e.lineno} column {e.colno}", None, f"valid JSON ({e.msg})"
+            ) from None
 
 
 def describe_validation_error(
