@@ -36,10 +36,10 @@ import re
 import shutil
 import tempfile
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Required, TypedDict, Unpack
+from typing import Any, Required, TypedDict, TypeVar, Unpack
 
 import duckdb
 import pandas as pd
@@ -55,6 +55,7 @@ SEED_RUN_DB = "run.duckdb"
 _VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TMP_PREFIX = ".tmp-"
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 class StoreError(TrmError):
@@ -308,16 +309,30 @@ class VersionMeta(BaseModel):
 def read_meta(root: str | Path, version: str) -> VersionMeta:
     path = version_dir(root, version) / META_FILE
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise StoreError(f"{path}: missing (every version carries its meta)") from None
-    except json.JSONDecodeError as e:
-        raise StoreError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
+    return parse_json_model(path, text, VersionMeta, "not a version meta")
+
+
+def parse_json_model(
+    path: Path,
+    text: str,
+    model: type[_Model],
+    problem: str,
+    error: Callable[[str], Exception] = StoreError,
+) -> _Model:
+    """``text`` (the contents of ``path``) as a ``model``: invalid JSON or a wrong shape raises
+    ``error`` naming the file (``"<path>: <problem> (<what is wrong>)"`` for a wrong shape)."""
     try:
-        return VersionMeta.model_validate(raw)
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
+    try:
+        return model.model_validate(raw)
     except ValidationError as e:
         lines = "; ".join(describe_validation_error(e))
-        raise StoreError(f"{path}: not a version meta ({lines})") from None
+        raise error(f"{path}: {problem} ({lines})") from None
 
 
 def _now() -> str:
@@ -576,14 +591,8 @@ def read_seed(seeds_dir: str | Path, name: str) -> Seed:
             f"{meta_path}: seed {name!r} not found (seeds in {seeds_dir}: {known}); create one "
             "with `trm promote`"
         )
-    try:
-        meta = SeedMeta.model_validate(json.loads(meta_path.read_text(encoding="utf-8")))
-    except json.JSONDecodeError as e:
-        raise StoreError(f"{meta_path}: invalid JSON at line {e.lineno} ({e.msg})") from None
-    except ValidationError as e:
-        raise StoreError(
-            f"{meta_path}: not a seed description ({'; '.join(describe_validation_error(e))})"
-        ) from None
+    text = meta_path.read_text(encoding="utf-8")
+    meta = parse_json_model(meta_path, text, SeedMeta, "not a seed description")
     skills = read_tree(d / "skills")
     prompts = read_tree(d / "prompts") if (d / "prompts").is_dir() else {}
     if tree_hash(skills) != meta.skills_hash or tree_hash(prompts) != meta.prompts_hash:
