@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trm_assets.harness.data.config import RunConfig, config_to_yaml, load_config
-from trm_assets.harness.storage.workspace import init_workspace
+from trm_assets.harness.data.config import RunConfig, load_config
+from trm_bench.overhead import new_workspace  # noqa: F401 - re-exported for the test modules
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO / "data" / "configs" / "smoke.yaml"
@@ -36,16 +36,6 @@ TINY: tuple[str, ...] = (
 
 def tiny_config(*extra: str) -> RunConfig:
     return load_config(SMOKE_CONFIG, (*TINY, *extra), environ={}, dotenv_path=None)
-
-
-def new_workspace(path: Path, cfg: RunConfig) -> Path:
-    init_workspace(
-        path,
-        questions_ref=cfg.questions,
-        config_yaml=config_to_yaml(cfg),
-        config_fingerprint=cfg.fingerprint(),
-    )
-    return path
 
 
 @pytest.fixture(autouse=True)

@@ -34,7 +34,7 @@ from typing import Any, Final
 
 import yaml
 
-from trm_assets.harness.data.config import RunConfig, config_to_yaml, load_config
+from trm_assets.harness.data.config import RunConfig, load_config
 from trm_assets.harness.loop.context import LoopContext, loop_context
 from trm_assets.harness.loop.gate import NO_LADDER, GateRequest, ValidationOutcome
 from trm_assets.harness.loop.observer import LoopObserver
@@ -43,11 +43,12 @@ from trm_assets.harness.loop.slow_update import holdout_run_id
 from trm_assets.harness.loop.step import evaluate
 from trm_assets.harness.storage.checkpoint import TrainState, load_state
 from trm_assets.harness.storage.runlog import RunLogReader
-from trm_assets.harness.storage.workspace import init_workspace, read_manifest
+from trm_assets.harness.storage.workspace import read_manifest
 from trm_assets.llm.factory import SimOracle, build_providers
 from trm_assets.llm.sim.draws import normalize_text
 from trm_assets.llm.sim.oracle import active_texts, best_expected_accuracy, expected_by_question
 from trm_assets.llm.sim.world import SimWorld
+from trm_bench.overhead import new_workspace
 
 REPO: Final = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG: Final = REPO / "data" / "configs" / "default.yaml"
@@ -360,12 +361,7 @@ def execute(spec: RunSpec, workdir: Path | None = None) -> RunResult:
     tmp = Path(tempfile.mkdtemp(prefix=f"trm-opt-{spec.policy}-{spec.seed}-", dir=workdir))
     try:
         ws = tmp / "ws"
-        init_workspace(
-            ws,
-            questions_ref=cfg.questions,
-            config_yaml=config_to_yaml(cfg),
-            config_fingerprint=cfg.fingerprint(),
-        )
+        new_workspace(ws, cfg)
         with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
             result = _drive(ctx, spec)
             ctx.log.flush()

@@ -39,6 +39,7 @@ is one experiment.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -357,15 +358,12 @@ def interrupted_unit(workspace: Path, config: Path, overrides: Sequence[str]) ->
     from trm_assets.harness.loop.plan import next_action, progress_of
     from trm_assets.harness.storage.checkpoint import load_state
 
-    old = Path.cwd()
     try:
-        os.chdir(REPO)
-        cfg = load_config(config, overrides)
-        state = load_state(workspace / "state.json", cfg)
+        with contextlib.chdir(REPO):  # the config's data paths are relative to the repository
+            cfg = load_config(config, overrides)
+            state = load_state(workspace / "state.json", cfg)
     except (TrmError, OSError, ValueError) as e:
         return f"unreadable checkpoint ({type(e).__name__}: {e})"
-    finally:
-        os.chdir(old)
     return next_action(progress_of(state, cfg)).describe()
 
 
@@ -419,23 +417,11 @@ def kill_points(n: int, span_s: float, seed: int) -> list[float]:
 
 def init_template(root: Path, config: Path, overrides: Sequence[str]) -> Path:
     """``trm init`` once; every trial starts from a byte copy of this workspace."""
-    from trm_assets.harness.data.config import config_to_yaml, load_config
-    from trm_assets.harness.storage.workspace import init_workspace
+    from trm_assets.harness.data.config import load_config
+    from trm_bench.overhead import new_workspace
 
-    old = Path.cwd()
-    try:
-        os.chdir(REPO)
-        cfg = load_config(config, overrides)
-        ws = root / "template"
-        init_workspace(
-            ws,
-            questions_ref=cfg.questions,
-            config_yaml=config_to_yaml(cfg),
-            config_fingerprint=cfg.fingerprint(),
-        )
-    finally:
-        os.chdir(old)
-    return ws
+    with contextlib.chdir(REPO):  # the config's data paths are relative to the repository
+        return new_workspace(root / "template", load_config(config, overrides))
 
 
 def run_reliability(
