@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Final
 
 from trm_assets.domain.errors import DataFormatError
@@ -53,13 +53,7 @@ class LadderParams:
             raise ValueError("wrong_per_right and probe_every must be >= 1")
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "p_low": self.p_low,
-            "p_high": self.p_high,
-            "gamma": self.gamma,
-            "wrong_per_right": self.wrong_per_right,
-            "probe_every": self.probe_every,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)

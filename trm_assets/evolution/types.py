@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from trm_assets.domain.edit_schema import Edit
@@ -66,22 +66,9 @@ class CaseSample:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CaseSample:
-        return cls(
-            question_id=d["question_id"],
-            task_type=d["task_type"],
-            skill_file=d["skill_file"],
-            question=d["question"],
-            options=tuple(d["options"]),
-            answer=d["answer"],
-            predicted=d["predicted"],
-            stop_reason=d["stop_reason"],
-            trace_summary=d["trace_summary"],
-            target=d["target"],
-            tool_name=d["tool_name"],
-            analysis=d["analysis"],
-            missing_strategy=d["missing_strategy"],
-            status=d["status"],
-        )
+        """The inverse of :func:`to_jsonable` (every field required: a missing key raises)."""
+        values = {f.name: d[f.name] for f in fields(cls)}
+        return cls(**{**values, "options": tuple(values["options"])})
 
 
 @dataclass(frozen=True)
