@@ -272,6 +272,12 @@ def test_lineage_check_fails_on_a_wrong_reference(trained: Trained, tmp_path: Pa
         assert rows[i]["task_type"] in str(result.metadata["first_mismatches"].value)
 
 
+def _fresh(trained: Trained, tmp_path: Path, name: str = "fresh") -> Experiment:
+    return Experiment(
+        workspace=str(new_workspace(tmp_path / name)), config_path=str(trained.small_config)
+    )
+
+
 def _isolated_copy(trained: Trained, exp: Experiment, tmp_path: Path) -> tuple[Path, Experiment]:
     """A copy of the instance and of one workspace; the copy's registry names the copy."""
     home = tmp_path / "home"
@@ -305,9 +311,7 @@ def _without_code_version(tags: dict[str, str] | None) -> dict[str, str]:
 def test_materializing_an_epoch_partition_equals_the_driver_path(
     trained: Trained, tmp_path: Path
 ) -> None:
-    exp = Experiment(
-        workspace=str(new_workspace(tmp_path / "fresh")), config_path=str(trained.small_config)
-    )
+    exp = _fresh(trained, tmp_path)
     with dg.instance_for_test() as instance:
         ex = Executor(register_in(instance, exp), instance, llm_resources())
         instance.add_dynamic_partitions(f"{exp.name}__epochs", ["e0"])
@@ -344,9 +348,7 @@ def test_materializing_an_epoch_partition_equals_the_driver_path(
 def test_slow_update_job_in_process_then_an_epoch_past_the_last(
     trained: Trained, tmp_path: Path
 ) -> None:
-    exp = Experiment(
-        workspace=str(new_workspace(tmp_path / "fresh")), config_path=str(trained.small_config)
-    )
+    exp = _fresh(trained, tmp_path)
     with dg.instance_for_test() as instance:
         drive(exp, instance, max_runs=1)  # init + the only step: the slow update is next
         assert epoch_summary(exp.workspace_dir(), 0) is None
@@ -417,12 +419,6 @@ def _tick(
 ) -> tuple[Any, Any]:
     ctx = dg.build_sensor_context(instance=instance, cursor=cursor)
     return build_experiment(exp).sensor(ctx), ctx
-
-
-def _fresh(trained: Trained, tmp_path: Path, name: str = "fresh") -> Experiment:
-    return Experiment(
-        workspace=str(new_workspace(tmp_path / name)), config_path=str(trained.small_config)
-    )
 
 
 def test_sensor_launches_first_step_with_partitions(trained: Trained, tmp_path: Path) -> None:
