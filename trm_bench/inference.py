@@ -18,13 +18,14 @@ from pathlib import Path
 
 import click
 
-from trm_assets.agent.messages import load_agent_prompts
+from trm_assets.agent.messages import AgentPrompts, load_agent_prompts
 from trm_assets.agent.tools import Toolbox
 from trm_assets.agent.tree import VideoTree, load_tree
 from trm_assets.domain.question import Question
 from trm_assets.harness.data.questions import load_questions
-from trm_assets.harness.loop.rollouts import run_inference
+from trm_assets.harness.loop.rollouts import InferenceResult, run_inference
 from trm_assets.harness.storage.runlog import RunLog
+from trm_assets.llm.protocol import LLMProvider
 from trm_assets.llm.sim.provider import SimulatedProvider
 from trm_assets.llm.sim.world import load_world
 from trm_assets.llm.sim_config import SimConfig
@@ -61,6 +62,50 @@ def trees_for(data_dir: Path, questions: list[Question]) -> dict[str, VideoTree]
     }
 
 
+@dataclass(frozen=True)
+class BenchAgent:
+    """The agent the benchmarks run: a prompt set's skills (``skills/*.md`` by file name) and
+    agent prompts, and the step limit of a rollout."""
+
+    skills: dict[str, str]
+    prompts: AgentPrompts
+    max_steps: int
+
+    @classmethod
+    def load(cls, prompts_dir: Path, max_steps: int) -> BenchAgent:
+        skills = {
+            p.name: p.read_text(encoding="utf-8") for p in (prompts_dir / "skills").glob("*.md")
+        }
+        return cls(skills, load_agent_prompts(prompts_dir), max_steps)
+
+    def run(
+        self,
+        questions: list[Question],
+        trees: dict[str, VideoTree],
+        llm: LLMProvider,
+        log: RunLog | None,
+        *,
+        run_id: str,
+        concurrency: int,
+        run_kind: str | None = None,
+    ) -> InferenceResult:
+        """``run_inference`` of ``questions`` with ``trees`` as the toolbox."""
+        return asyncio.run(
+            run_inference(
+                questions,
+                llm=llm,
+                tools=Toolbox(trees),
+                log=log,
+                run_id=run_id,
+                concurrency=concurrency,
+                max_steps=self.max_steps,
+                skills=self.skills,
+                prompts=self.prompts,
+                run_kind=run_kind,
+            )
+        )
+
+
 def _pick_questions(data_dir: Path, n: int) -> list[Question]:
     qs = load_questions(data_dir / "questions.json")
     if n > len(qs):
@@ -81,26 +126,15 @@ def run_bench(
     """One benchmark run (questions from ``data_dir``, skills and prompts from ``prompts_dir``)."""
     questions = _pick_questions(data_dir, n_questions)
     trees = trees_for(data_dir, questions)
-    skills = {p.name: p.read_text(encoding="utf-8") for p in (prompts_dir / "skills").glob("*.md")}
-    prompts = load_agent_prompts(prompts_dir)
+    agent = BenchAgent.load(prompts_dir, max_steps)
     world = load_world(data_dir / "ground_truth.json")
     llm = SimulatedProvider(world, SimConfig(latency_ms_mean=latency_ms, latency_ms_jitter=0.0))
     with tempfile.TemporaryDirectory(prefix="trm-bench-") as tmp:
         log = RunLog.open(Path(tmp) / "runs.duckdb") if with_log else None
         try:
             t0 = time.perf_counter()
-            res = asyncio.run(
-                run_inference(
-                    questions,
-                    llm=llm,
-                    tools=Toolbox(trees),
-                    log=log,
-                    run_id="bench_inference",
-                    concurrency=concurrency,
-                    max_steps=max_steps,
-                    skills=skills,
-                    prompts=prompts,
-                )
+            res = agent.run(
+                questions, trees, llm, log, run_id="bench_inference", concurrency=concurrency
             )
             wall = time.perf_counter() - t0
         finally:

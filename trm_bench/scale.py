@@ -28,7 +28,6 @@ answers against the planted truth.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
@@ -46,12 +45,9 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from trm_assets.agent.messages import load_agent_prompts
-from trm_assets.agent.tools import Toolbox
 from trm_assets.domain.question import LETTERS, skill_file_name
 from trm_assets.evolution.types import text_hash
 from trm_assets.harness.data.questions import load_questions
-from trm_assets.harness.loop.rollouts import run_inference
 from trm_assets.harness.reports.lineage import per_task_accuracy
 from trm_assets.harness.storage.runlog import PREDICTION_COLUMNS, RunLog, RunLogReader
 from trm_assets.harness.storage.versions import read_meta, write_version
@@ -60,7 +56,7 @@ from trm_assets.llm.sim.generator import synthesize
 from trm_assets.llm.sim.provider import SimulatedProvider
 from trm_assets.llm.sim.world import load_world
 from trm_assets.llm.sim_config import SimConfig
-from trm_bench.inference import DEFAULT_PROMPTS, trees_for
+from trm_bench.inference import DEFAULT_PROMPTS, BenchAgent, trees_for
 
 RATIO_TARGET: Final = 10.5
 QUERY_TARGET_MS: Final = 200.0
@@ -122,8 +118,7 @@ def time_evaluation(
     is a new DuckDB file under ``work_dir``. The reads are checked against the in-memory result."""
     world = load_world(data_dir / "ground_truth.json")  # the model's side: untimed
     llm = SimulatedProvider(world, SimConfig(latency_ms_mean=0.0, latency_ms_jitter=0.0))
-    skills = {p.name: p.read_text(encoding="utf-8") for p in (prompts_dir / "skills").glob("*.md")}
-    prompts = load_agent_prompts(prompts_dir)
+    agent = BenchAgent.load(prompts_dir, max_steps)
     db = Path(tempfile.mkdtemp(prefix="runlog-", dir=work_dir)) / "runs.duckdb"
 
     t0 = time.perf_counter()
@@ -134,19 +129,8 @@ def time_evaluation(
     trees = trees_for(data_dir, questions)
     t1 = time.perf_counter()
     with RunLog.open(db) as log:
-        res = asyncio.run(
-            run_inference(
-                questions,
-                llm=llm,
-                tools=Toolbox(trees),
-                log=log,
-                run_id=run_id,
-                concurrency=concurrency,
-                max_steps=max_steps,
-                skills=skills,
-                prompts=prompts,
-                run_kind="bench",
-            )
+        res = agent.run(
+            questions, trees, llm, log, run_id=run_id, concurrency=concurrency, run_kind="bench"
         )
     t2 = time.perf_counter()
     per_task = per_task_accuracy(db, run_id)
