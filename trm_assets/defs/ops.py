@@ -10,7 +10,7 @@ asset catalog, whose implicit job has no ``trm/experiment`` tag.
 No ``from __future__ import annotations`` in the Dagster layer: dagster inspects real annotations.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import dagster as dg
@@ -154,27 +154,47 @@ def begin_epoch_op(scope: Scope, *, job: str = "epoch") -> dg.OpDefinition:
     return begin
 
 
-def step_op(scope: Scope, step: int) -> dg.OpDefinition:
-    """One step of the epoch; records its versions and its ``step_results`` partition."""
+def _unit_op(
+    scope: Scope,
+    name: str,
+    description: str,
+    action: Callable[[int], Action],
+    record: Callable[[dg.DagsterInstance, Recorder, int, bool], Iterable[Event]] = lambda *_: (),
+) -> dg.OpDefinition:
+    """One op running one unit of an epoch (skipped after an early stop): the unit's
+    ``action(epoch)``, the events of what it created, then ``record``'s (e.g. a partition)."""
 
     @dg.op(
-        name=scope.op_name(f"step_{step}"),
-        description=f"Step {step}: roll out the batch, diagnose, gate each skill edit (SPEC 5.3).",
+        name=scope.op_name(name),
+        description=description,
         ins={"unit": dg.In(dict)},
         out=dg.Out(dict),
         required_resource_keys={scope.llm_key},
         pool=scope.pool,
     )
-    def step_fn(context: dg.OpExecutionContext, unit: Unit) -> Iterator[Event | dg.Output[Unit]]:
+    def unit_fn(context: dg.OpExecutionContext, unit: Unit) -> Iterator[Event | dg.Output[Unit]]:
         if not unit["skip"]:
             epoch = int(unit["epoch"])
-            ran = run_unit_here(context, scope, Action("step", epoch=epoch, step=step))
+            ran = run_unit_here(context, scope, action(epoch))
             recorder = scope.recorder(context.instance)
             yield from recorder.new_events()
-            yield step_materialization(context.instance, scope, recorder, epoch, step, ran)
+            yield from record(context.instance, recorder, epoch, ran)
         yield dg.Output(unit)
 
-    return step_fn
+    return unit_fn
+
+
+def step_op(scope: Scope, step: int) -> dg.OpDefinition:
+    """One step of the epoch; records its versions and its ``step_results`` partition."""
+    return _unit_op(
+        scope,
+        f"step_{step}",
+        f"Step {step}: roll out the batch, diagnose, gate each skill edit (SPEC 5.3).",
+        lambda epoch: Action("step", epoch=epoch, step=step),
+        lambda instance, recorder, epoch, ran: (
+            step_materialization(instance, scope, recorder, epoch, step, ran),
+        ),
+    )
 
 
 def step_materialization(
@@ -197,22 +217,12 @@ def slow_ops(scope: Scope) -> list[dg.OpDefinition]:
 
 
 def _slow_op(scope: Scope, index: int, unit_def: UnitDef) -> dg.OpDefinition:
-    @dg.op(
-        name=scope.op_name(unit_def.name),
-        description=f"Slow update {index}/10: " + unit_def.doc.splitlines()[0],
-        ins={"unit": dg.In(dict)},
-        out=dg.Out(dict),
-        required_resource_keys={scope.llm_key},
-        pool=scope.pool,
+    return _unit_op(
+        scope,
+        unit_def.name,
+        f"Slow update {index}/10: " + unit_def.doc.splitlines()[0],
+        lambda epoch: Action("slow_update", epoch=epoch, slow_step=index),
     )
-    def slow_fn(context: dg.OpExecutionContext, unit: Unit) -> Iterator[Event | dg.Output[Unit]]:
-        if not unit["skip"]:
-            epoch = int(unit["epoch"])
-            run_unit_here(context, scope, Action("slow_update", epoch=epoch, slow_step=index))
-            yield from scope.recorder(context.instance).new_events()
-        yield dg.Output(unit)
-
-    return slow_fn
 
 
 def publish_epoch_events_op(scope: Scope) -> dg.OpDefinition:
