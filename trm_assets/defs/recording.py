@@ -31,7 +31,7 @@ import dagster as dg
 
 from trm_assets.defs.experiments import EXPERIMENT_TAG, Experiment
 from trm_assets.defs.partitions import ExperimentPartitions, ensure_partitions, epoch_key
-from trm_assets.domain.pools import Pools, pools_from_dict
+from trm_assets.domain.pools import POOL_NAMES, Pools, pools_from_dict
 from trm_assets.harness.data.dataset import load_dataset
 from trm_assets.harness.reports.audit import unsafe_skill_paths
 from trm_assets.harness.reports.lineage import (
@@ -61,6 +61,16 @@ INPUT_POINTER = "dagster/input_event_pointer"
 Event = dg.AssetMaterialization | dg.AssetCheckEvaluation
 
 
+class _AssetKeyOf:
+    """``keys.<asset>``: the asset key ``<experiment>/<asset>``, named after the attribute."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.asset = name
+
+    def __get__(self, keys: "ExperimentKeys", owner: type | None = None) -> dg.AssetKey:
+        return keys.key(self.asset)
+
+
 @dataclass(frozen=True)
 class ExperimentKeys:
     """The asset keys of one experiment (``<name>/<asset>``)."""
@@ -70,37 +80,14 @@ class ExperimentKeys:
     def key(self, asset: str) -> dg.AssetKey:
         return dg.AssetKey([self.name, asset])
 
-    @property
-    def pools(self) -> dg.AssetKey:
-        return self.key("pools")
-
-    @property
-    def skill_versions(self) -> dg.AssetKey:
-        return self.key("skill_versions")
-
-    @property
-    def prompt_versions(self) -> dg.AssetKey:
-        return self.key("prompt_versions")
-
-    @property
-    def baseline_cache(self) -> dg.AssetKey:
-        return self.key("baseline_cache")
-
-    @property
-    def batches(self) -> dg.AssetKey:
-        return self.key("batches")
-
-    @property
-    def step_results(self) -> dg.AssetKey:
-        return self.key("step_results")
-
-    @property
-    def epoch_eval(self) -> dg.AssetKey:
-        return self.key("epoch_eval")
-
-    @property
-    def holdout_report(self) -> dg.AssetKey:
-        return self.key("holdout_report")
+    pools = _AssetKeyOf()
+    skill_versions = _AssetKeyOf()
+    prompt_versions = _AssetKeyOf()
+    baseline_cache = _AssetKeyOf()
+    batches = _AssetKeyOf()
+    step_results = _AssetKeyOf()
+    epoch_eval = _AssetKeyOf()
+    holdout_report = _AssetKeyOf()
 
 
 @dataclass(frozen=True)
@@ -575,17 +562,13 @@ def pools_metadata(summary: dict[str, Any], fingerprint: str) -> dict[str, Any]:
     sizes = summary["sizes"]
     return {
         "fingerprint": str(fingerprint),
-        "test": int(sizes["test"]),
-        "validation": int(sizes["validation"]),
-        "diagnosis": int(sizes["diagnosis"]),
+        **{name: int(sizes[name]) for name in POOL_NAMES},
         "by_task_type": dg.MetadataValue.table(
             rows,
             schema=dg.TableSchema(
                 columns=[
                     dg.TableColumn("task_type", "string"),
-                    dg.TableColumn("test", "int"),
-                    dg.TableColumn("validation", "int"),
-                    dg.TableColumn("diagnosis", "int"),
+                    *(dg.TableColumn(name, "int") for name in POOL_NAMES),
                 ]
             ),
         ),
