@@ -101,6 +101,13 @@ def epoch_eval_facts(workspace: str | Path, epoch: int, task_types: list[str]) -
 
 def step_rows(workspace: str | Path, epoch: int, step: int) -> list[dict[str, Any]]:
     """The ``step_report`` rows of one step (one per skill considered), sorted by skill file."""
+    return _step_report(workspace, "epoch = ? AND step = ?", [epoch, step], "skill_file")
+
+
+def _step_report(
+    workspace: str | Path, where: str, params: list[Any], order: str
+) -> list[dict[str, Any]]:
+    """The ``step_report`` rows matching ``where`` (none before the first step wrote the table)."""
     db = Path(workspace) / "runs.duckdb"
     if not db.exists():
         return []
@@ -108,10 +115,7 @@ def step_rows(workspace: str | Path, epoch: int, step: int) -> list[dict[str, An
         tables = {r["name"] for r in reader.query("SELECT table_name AS name FROM duckdb_tables()")}
         if "step_report" not in tables:
             return []
-        return reader.query(
-            "SELECT * FROM step_report WHERE epoch = ? AND step = ? ORDER BY skill_file",
-            [epoch, step],
-        )
+        return reader.query(f"SELECT * FROM step_report WHERE {where} ORDER BY {order}", params)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -301,21 +305,11 @@ def evaluated_versions(workspace: str | Path, run_id: str) -> tuple[str, str]:
 def gate_rows(workspace: str | Path, epoch: int, step: int | None = None) -> list[dict[str, Any]]:
     """Every gate (accept / reject / abort) of an epoch (or one step), in step and skill order:
     skill, verdict, wins/losses, blocks, rollouts (candidate + baseline), the version it made."""
-    db = Path(workspace) / "runs.duckdb"
-    if not db.exists():
-        return []
-    with RunLogReader.open(db, retries=20, wait_s=0.25) as reader:
-        tables = {r["name"] for r in reader.query("SELECT table_name AS name FROM duckdb_tables()")}
-        if "step_report" not in tables:
-            return []
-        where, params = "epoch = ?", [epoch]
-        if step is not None:
-            where, params = "epoch = ? AND step = ?", [epoch, step]
-        rows = reader.query(
-            f"SELECT * FROM step_report WHERE {where} AND action IN ('accept', 'reject', 'abort') "
-            "ORDER BY step, skill_file",
-            params,
-        )
+    where, params = "epoch = ?", [epoch]
+    if step is not None:
+        where, params = "epoch = ? AND step = ?", [epoch, step]
+    where += " AND action IN ('accept', 'reject', 'abort')"
+    rows = _step_report(workspace, where, params, "step, skill_file")
     return [
         {
             "step": int(r["step"]),
