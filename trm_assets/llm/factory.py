@@ -12,7 +12,7 @@ expected accuracy is ``None``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Unpack
 
 from trm_assets.domain.errors import TrmError
 from trm_assets.llm.protocol import LLMProvider
@@ -20,6 +20,9 @@ from trm_assets.llm.providers import Providers, ProviderSpec
 from trm_assets.llm.settings import Settings, load_settings
 from trm_assets.llm.sim.world import SimWorld, load_world
 from trm_assets.llm.sim_config import SimConfig
+
+if TYPE_CHECKING:
+    from trm_assets.llm.sim.oracle import Instructions
 
 
 class ProviderConfigError(TrmError):
@@ -34,25 +37,11 @@ class SimOracle:
         self.config = config
 
     def expected_by_question(
-        self,
-        question_ids: Sequence[str],
-        skills: Mapping[str, str],
-        *,
-        system_prompt: str,
-        tool_descriptions: Sequence[str],
-        skill_mode: Literal["task", "all", "none"],
+        self, question_ids: Sequence[str], skills: Mapping[str, str], **kw: Unpack[Instructions]
     ) -> dict[str, float]:
         from trm_assets.llm.sim.oracle import expected_by_question
 
-        return expected_by_question(
-            self.world,
-            question_ids,
-            skills,
-            self.config,
-            system_prompt=system_prompt,
-            tool_descriptions=tool_descriptions,
-            skill_mode=skill_mode,
-        )
+        return expected_by_question(self.world, question_ids, skills, self.config, **kw)
 
 
 def build_providers(spec: ProviderSpec, settings: Settings | None = None) -> Providers:
