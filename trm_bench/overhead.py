@@ -32,6 +32,7 @@ workspace setup.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -60,6 +61,8 @@ from trm_assets.harness.storage.checkpoint import load_state
 from trm_assets.harness.storage.records import BudgetLedger
 from trm_assets.harness.storage.workspace import init_workspace
 from trm_assets.llm.factory import build_providers
+from trm_assets.llm.providers import Providers
+from trm_assets.llm.sim.worker import SimWorkerProvider
 
 REPO: Final = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG: Final = REPO / "data" / "configs" / "smoke.yaml"
@@ -213,8 +216,26 @@ class EpochCell:
         }
 
 
+def bench_providers(cfg: RunConfig, *, sim_worker: bool) -> tuple[Providers, Callable[[], None]]:
+    """The providers of a measured epoch and how to release them. With ``sim_worker`` the agent's
+    world is computed in a worker process (:mod:`trm_assets.llm.sim.worker`), as a remote
+    server's replies are: the simulator's CPU then no longer stalls the loop's other calls."""
+    spec = cfg.provider_spec()
+    providers = build_providers(spec)
+    if not sim_worker or spec.kind != "sim" or not spec.ground_truth:
+        return providers, lambda: None
+    worker = SimWorkerProvider(spec.ground_truth, spec.sim, model=spec.agent_model)
+    return dataclasses.replace(providers, agent=worker), worker.close
+
+
 def epoch_cell(
-    root: Path, base: Path, overrides: Sequence[str], latency_ms: float, concurrency: int
+    root: Path,
+    base: Path,
+    overrides: Sequence[str],
+    latency_ms: float,
+    concurrency: int,
+    *,
+    sim_worker: bool = True,
 ) -> EpochCell:
     cfg = load_config(
         base,
@@ -229,7 +250,8 @@ def epoch_cell(
     )
     ws = new_workspace(Path(tempfile.mkdtemp(prefix="ws-", dir=root)) / "ws", cfg)
     log = BarrierLog()
-    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+    providers, release = bench_providers(cfg, sim_worker=sim_worker)
+    with loop_context(ws, cfg, providers) as ctx:
         run_action(ctx, current_action(ctx))  # init: untimed
         ctx.observers = (log,)
         t0 = time.perf_counter()
@@ -242,6 +264,7 @@ def epoch_cell(
                 break
         wall = time.perf_counter() - t0
         state = load_state(ctx.paths.state, cfg)
+    release()
     assert state is not None
     others = _other_calls(state.budget, "e0")
     calls = sum(map(sum, log.rollouts)) + sum(others.values())
@@ -437,6 +460,12 @@ def dagster_overhead(
 @click.option(
     "--small", is_flag=True, help="The first measurement's epoch (144 rollouts; fixed costs rule)."
 )
+@click.option(
+    "--sim-in-process",
+    is_flag=True,
+    help="Compute the simulated agent in the loop's own process (its CPU then stalls the "
+    "loop's other calls); default: in a worker process, as a remote server's.",
+)
 def cli(
     as_json: bool,
     config_path: Path,
@@ -446,6 +475,7 @@ def cli(
     repeats: int,
     skip_dagster: bool,
     small: bool,
+    sim_in_process: bool,
 ) -> None:
     """Epoch wall time vs the ideal under the block barriers; Dagster's added time per step."""
     progress: Progress = lambda m: click.echo(m, err=True)  # noqa: E731
@@ -460,7 +490,7 @@ def cli(
             raise click.UsageError(str(e)) from None
         for lat in latencies or LATENCIES:
             for conc in concurrencies or CONCURRENCIES:
-                cell = epoch_cell(root, cfg_path, (), lat, conc)
+                cell = epoch_cell(root, cfg_path, (), lat, conc, sim_worker=not sim_in_process)
                 cells.append(cell)
                 progress(
                     f"epoch latency {lat:g} ms × concurrency {conc}: wall {cell.wall_s:.2f}s, "
@@ -476,6 +506,7 @@ def cli(
             "wall_s": round(time.perf_counter() - started, 1),
             "cpus": os.cpu_count(),
             "simulated": True,
+            "sim": "in-process" if sim_in_process else "worker",
         },
     }
     if as_json:

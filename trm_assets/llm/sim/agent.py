@@ -199,12 +199,17 @@ def agent_reply(
     tools: Sequence[dict[str, Any]] | None,
     sample: int,
     temperature: float | None = None,
+    *,
+    conv_key: str | None = None,
 ) -> SimReply:
-    """The next assistant turn of the simulated agent (``temperature``: see :func:`agent_draw`)."""
+    """The next assistant turn of the simulated agent (``temperature``: see :func:`agent_draw`).
+
+    ``conv_key``: the digest of the messages' canonical JSON, when the caller has it already."""
     qid = question_id_of_agent_prompt(messages)
     texts = instruction_texts(messages, tools)
     user = next((content_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
-    conv_key = digest(*(json.dumps(m, sort_keys=True, default=str) for m in messages))
+    if conv_key is None:
+        conv_key = digest(*(json.dumps(m, sort_keys=True, default=str) for m in messages))
     # A greedy decoder that garbles a conversation garbles it every time.
     fault_keys = ("greedy",) if is_greedy(config, temperature) else (sample,)
     if unit(config.seed, "malformed", conv_key, *fault_keys) < config.fault_malformed_rate:

@@ -26,7 +26,7 @@ import json
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from trm_assets.llm.protocol import ChatResponse, InfraError, Message, ToolCall, ToolSpec, Usage
 from trm_assets.llm.sim.agent import agent_reply
@@ -40,15 +40,41 @@ SIM_MODEL = "sim-videomme-1"
 FAULT_STATUSES: tuple[int, ...] = (503, 500)
 
 
-def request_digest(
-    messages: Sequence[Message], tools: Sequence[ToolSpec] | None, seed: int | None
-) -> str:
-    """A stable digest of one chat request (messages, tools, seed; not the temperature)."""
-    return digest(
-        json.dumps(list(messages), sort_keys=True, default=str),
+class EncodedRequest(NamedTuple):
+    """One chat request as canonical JSON (sorted keys), computed once per call: the request
+    digest, the agent's conversation key and the prompt's token count all read it."""
+
+    messages: tuple[str, ...]  # one per message
+    tools: str  # the tool list
+
+    @property
+    def prompt_chars(self) -> int:
+        """Characters of the request as JSON (messages, then tools): what usage counts as the
+        prompt. Key order does not change a JSON text's length, so the sorted encoding serves."""
+        items = sum(len(x) for x in self.messages) + 2 * max(len(self.messages) - 1, 0)
+        return 2 + items + len(self.tools)
+
+
+def encode_request(messages: Sequence[Message], tools: Sequence[ToolSpec] | None) -> EncodedRequest:
+    return EncodedRequest(
+        tuple(json.dumps(m, sort_keys=True, default=str) for m in messages),
         json.dumps(list(tools or ()), sort_keys=True, default=str),
-        seed,
     )
+
+
+def request_digest(
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec] | None,
+    seed: int | None,
+    *,
+    encoded: EncodedRequest | None = None,
+) -> str:
+    """A stable digest of one chat request (messages, tools, seed; not the temperature): of
+    ``json.dumps(list(messages), sort_keys=True)``, the tools' and the seed. ``encoded`` (the
+    request's :func:`encode_request`) gives the same strings without encoding again (a list
+    encodes as its items joined by ``", "``)."""
+    enc = encode_request(messages, tools) if encoded is None else encoded
+    return digest("[" + ", ".join(enc.messages) + "]", enc.tools, seed)
 
 
 def draw_fault(
@@ -102,12 +128,19 @@ def simulate(
     tools: Sequence[ToolSpec] | None = None,
     seed: int | None = None,
     temperature: float | None = None,
+    *,
+    encoded: EncodedRequest | None = None,
 ) -> SimReply:
-    """The simulated model's reply to one request (no faults, no latency): a pure function."""
+    """The simulated model's reply to one request (no faults, no latency): a pure function.
+
+    ``encoded``: the request's :func:`encode_request`, when the caller has it already."""
     sample = int(seed) if seed is not None else 0
     role, text = detect_role(messages)
     if role == "agent":
-        return agent_reply(world, config, messages, tools, sample, temperature)
+        conv_key = digest(
+            *(encode_request(messages, tools) if encoded is None else encoded).messages
+        )
+        return agent_reply(world, config, messages, tools, sample, temperature, conv_key=conv_key)
     if role == "diagnose":
         return diagnose_reply(world, config, text, sample)
     if role in ("evolve_skill", "evolve_system", "evolve_tool"):
@@ -123,21 +156,59 @@ def to_chat_response(
     tools: Sequence[ToolSpec] | None,
     model: str,
     request: str,
+    *,
+    encoded: EncodedRequest | None = None,
 ) -> ChatResponse:
     calls = tuple(
         ToolCall(id="call_" + digest(request, i, name)[:24], name=name, arguments=args)
         for i, (name, args) in enumerate(reply.tool_calls)
     )
-    prompt_text = json.dumps(list(messages), default=str) + json.dumps(
-        list(tools or ()), default=str
-    )
+    chars = (encode_request(messages, tools) if encoded is None else encoded).prompt_chars
     completion_text = (reply.content or "") + "".join(n + a for n, a in reply.tool_calls)
     return ChatResponse(
         content=reply.content,
         tool_calls=calls,
-        usage=Usage(count_tokens(prompt_text), count_tokens(completion_text) + 1),
+        usage=Usage((chars + 3) // 4, count_tokens(completion_text) + 1),
         model=model,
         finish_reason="tool_calls" if calls else "stop",
+    )
+
+
+class Attempt(NamedTuple):
+    """One decided call: the latency the caller sees (ms), the fault drawn (``None`` when the
+    call succeeds), and the reply (``None`` for a fault)."""
+
+    delay_ms: float
+    fault: tuple[str, int | None] | None
+    response: ChatResponse | None
+
+
+async def complete(attempt: Attempt, t0: float, config: SimConfig, model: str) -> ChatResponse:
+    """Wait out ``attempt`` of ``model`` as the caller sees it (``t0``: when the call started),
+    then return its reply or raise its fault. The compute before is part of the latency: only
+    the rest is slept. A timeout waits ``timeout_sleep_s``; an HTTP fault its full latency."""
+    fault, resp = attempt.fault, attempt.response
+    if fault is not None and fault[0] == "timeout":
+        if config.timeout_sleep_s > 0:
+            await asyncio.sleep(config.timeout_sleep_s)
+        raise InfraError("timeout", f"simulated timeout of model {model}")
+    if fault is not None:
+        if attempt.delay_ms > 0:
+            await asyncio.sleep(attempt.delay_ms / 1000.0)
+        raise InfraError(
+            "http_status", f"simulated HTTP {fault[1]} from model {model}", status=fault[1]
+        )
+    assert resp is not None
+    remaining = attempt.delay_ms / 1000.0 - (time.perf_counter() - t0)
+    if remaining > 0:
+        await asyncio.sleep(remaining)
+    return ChatResponse(
+        content=resp.content,
+        tool_calls=resp.tool_calls,
+        usage=resp.usage,
+        model=resp.model,
+        finish_reason=resp.finish_reason,
+        latency_s=time.perf_counter() - t0,
     )
 
 
@@ -185,8 +256,9 @@ class SimulatedProvider:
         temperature: float | None = None,
     ) -> ChatResponse:
         """The reply without faults or latency (used by the HTTP server)."""
-        request = request_digest(messages, tools, seed)
-        return self._respond(messages, tools, seed, temperature, request)
+        encoded = encode_request(messages, tools)
+        request = request_digest(messages, tools, seed, encoded=encoded)
+        return self._respond(messages, tools, seed, temperature, request, encoded)
 
     def _respond(
         self,
@@ -195,12 +267,39 @@ class SimulatedProvider:
         seed: int | None,
         temperature: float | None,
         request: str,
+        encoded: EncodedRequest,
     ) -> ChatResponse:
-        reply = simulate(self.world, self.config, messages, tools, seed, temperature)
-        resp = to_chat_response(reply, messages, tools, self._model, request)
+        reply = simulate(
+            self.world, self.config, messages, tools, seed, temperature, encoded=encoded
+        )
+        resp = to_chat_response(reply, messages, tools, self._model, request, encoded=encoded)
         with self._lock:
             self._usage = self._usage + resp.usage
         return resp
+
+    def attempt(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] | None,
+        seed: int | None,
+        temperature: float | None,
+    ) -> Attempt:
+        """One call decided, without waiting: its latency, its fault draw, and the reply when
+        it does not fail (the compute of :meth:`chat`, also run by the worker process)."""
+        encoded = encode_request(messages, tools)
+        request = request_digest(messages, tools, seed, encoded=encoded)
+        if not self.inject_faults:
+            return Attempt(
+                0.0, None, self._respond(messages, tools, seed, temperature, request, encoded)
+            )
+        attempt = self._attempts.next(request) if faults_possible(self.config) else 0
+        delay = latency_ms(self.config, request, attempt)
+        fault = draw_fault(self.config, request, attempt)
+        if fault is not None:
+            return Attempt(delay, fault, None)
+        return Attempt(
+            delay, None, self._respond(messages, tools, seed, temperature, request, encoded)
+        )
 
     async def chat(
         self,
@@ -214,36 +313,8 @@ class SimulatedProvider:
         """``temperature`` None → ``sim.agent_temperature``; ``seed`` is the sample index."""
         del max_tokens
         t0 = time.perf_counter()
-        request = request_digest(messages, tools, seed)
-        delay = 0.0
-        if self.inject_faults:
-            attempt = self._attempts.next(request) if faults_possible(self.config) else 0
-            delay = latency_ms(self.config, request, attempt)
-            fault = draw_fault(self.config, request, attempt)
-            if fault is not None and fault[0] == "timeout":
-                if self.config.timeout_sleep_s > 0:
-                    await asyncio.sleep(self.config.timeout_sleep_s)
-                raise InfraError("timeout", f"simulated timeout of model {self._model}")
-            if fault is not None:
-                if delay > 0:
-                    await asyncio.sleep(delay / 1000.0)
-                raise InfraError(
-                    "http_status",
-                    f"simulated HTTP {fault[1]} from model {self._model}",
-                    status=fault[1],
-                )
-        resp = self._respond(messages, tools, seed, temperature, request)
-        remaining = delay / 1000.0 - (time.perf_counter() - t0)
-        if remaining > 0:  # the compute above is part of the call's latency
-            await asyncio.sleep(remaining)
-        return ChatResponse(
-            content=resp.content,
-            tool_calls=resp.tool_calls,
-            usage=resp.usage,
-            model=resp.model,
-            finish_reason=resp.finish_reason,
-            latency_s=time.perf_counter() - t0,
-        )
+        attempt = self.attempt(messages, tools, seed, temperature)
+        return await complete(attempt, t0, self.config, self._model)
 
     def __repr__(self) -> str:
         n = len(self.world.questions)

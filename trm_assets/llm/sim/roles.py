@@ -52,14 +52,26 @@ def content_text(content: Any) -> str:
     return str(content)
 
 
+# what str.splitlines() splits on
+_LINE_BREAK = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def first_line(text: str) -> str:
+    """The first non-blank line of ``text``, stripped (``""`` when none): what
+    ``next(ln.strip() for ln in text.splitlines() if ln.strip())`` gives, without splitting a
+    whole skill text (every line break is whitespace, so the blank lines go with ``lstrip``)."""
+    rest = text.lstrip()
+    m = _LINE_BREAK.search(rest)
+    return (rest if m is None else rest[: m.start()]).rstrip()
+
+
 def detect_role(messages: Sequence[dict[str, Any]]) -> tuple[Role, str]:
     """(role, the text of the message that revealed it)."""
     for m in messages:
         if m.get("role") not in ("system", "user", "developer"):
             continue
         text = content_text(m.get("content"))
-        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-        role = TEMPLATE_HEADINGS.get(first)
+        role = TEMPLATE_HEADINGS.get(first_line(text))
         if role is not None:
             return role, text
     for m in messages:

@@ -88,6 +88,9 @@ class GroundTruthError(DataFormatError):
     """A ground-truth sidecar that does not follow the format, or refers to unknown cues."""
 
 
+_SCAN_MEMO_MAX = 4096
+
+
 @dataclass(frozen=True)
 class SimWorld:
     """Ground truth plus the derived lookups the simulator needs (normalized phrasings)."""
@@ -96,6 +99,11 @@ class SimWorld:
     source: str = "<memory>"
     _cue_norm: dict[str, dict[str, tuple[str, ...]]] = field(init=False, repr=False)
     _harm_norm: dict[str, tuple[str, ...]] = field(init=False, repr=False)
+    # (kind, task type, normalized texts) → scan result: a rollout's every turn, and every
+    # question of a task type, reads the same few texts (bounded: cleared at _SCAN_MEMO_MAX)
+    _scan_memo: dict[tuple[str, str, tuple[str, ...]], object] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         cue_norm: dict[str, dict[str, tuple[str, ...]]] = {}
@@ -107,6 +115,7 @@ class SimWorld:
             harm_norm[tt] = tuple(normalize_text(p) for h in task.harmful for p in h.phrasings)
         object.__setattr__(self, "_cue_norm", cue_norm)
         object.__setattr__(self, "_harm_norm", harm_norm)
+        object.__setattr__(self, "_scan_memo", {})
 
     # --- lookups ----------------------------------------------------------------------------
 
@@ -146,11 +155,17 @@ class SimWorld:
 
     def cues_in_normalized(self, task_type: str, norms: Sequence[str]) -> set[str]:
         """:meth:`cues_expressed` for texts already passed through ``normalize_text``."""
-        return {
-            cue_id
-            for cue_id, phrasings in self._cue_norm.get(task_type, {}).items()
-            if any(p in n for p in phrasings for n in norms)
-        }
+        key = ("cue", task_type, tuple(norms))
+        hit = self._scan_memo.get(key)
+        if hit is None:
+            hit = frozenset(
+                cue_id
+                for cue_id, phrasings in self._cue_norm.get(task_type, {}).items()
+                if any(p in n for p in phrasings for n in key[2])
+            )
+            self._remember(key, hit)
+        assert isinstance(hit, frozenset)
+        return set(hit)
 
     def expresses_cue(self, task_type: str, cue_id: str, texts: Iterable[str]) -> bool:
         return cue_id in self.cues_expressed(task_type, texts)
@@ -161,7 +176,17 @@ class SimWorld:
 
     def harm_in_normalized(self, task_type: str, norms: Sequence[str]) -> bool:
         """:meth:`harm_present` for texts already passed through ``normalize_text``."""
-        return any(p in n for p in self._harm_norm.get(task_type, ()) for n in norms)
+        key = ("harm", task_type, tuple(norms))
+        hit = self._scan_memo.get(key)
+        if hit is None:
+            hit = any(p in n for p in self._harm_norm.get(task_type, ()) for n in key[2])
+            self._remember(key, hit)
+        return bool(hit)
+
+    def _remember(self, key: tuple[str, str, tuple[str, ...]], value: object) -> None:
+        if len(self._scan_memo) >= _SCAN_MEMO_MAX:
+            self._scan_memo.clear()
+        self._scan_memo[key] = value
 
     def any_catalogue_hit(self, text: str) -> bool:
         """True when ``text`` expresses any cue or harmful directive of any task type."""

@@ -1,0 +1,176 @@
+"""``SimWorkerProvider``: the simulated world computed in its own process, like a remote server.
+
+In process, the simulator's CPU runs on the loop's event-loop thread: while it computes one
+reply, no other rollout's reply is handled, so with 32 calls in flight its compute delays the
+other 31 — a remote server's compute runs on the server, beside the client. ``trm bench
+overhead`` measures the harness's own time against the model's latency, so it runs the world in
+a worker process (``docs/decision-overhead-sim-worker.md``): each request goes over a pipe, the
+worker decides it with :meth:`SimulatedProvider.attempt` (the same digest, attempt counter,
+latency and fault draws, the same reply), and the caller waits out the rest of the latency with
+:func:`~trm_assets.llm.sim.provider.complete`, as the in-process provider does. Same requests,
+same replies, usage, errors and latencies, bit for bit; only which CPU computes them differs.
+
+The pipe is read by a thread in the worker, so a burst of requests never blocks the caller on a
+full pipe while the worker computes; replies are read on the caller's event loop
+(``add_reader``), so no thread of the caller touches the GIL per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing
+import queue
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from trm_assets.llm.protocol import ChatResponse, Message, ToolSpec, Usage
+from trm_assets.llm.sim.provider import SIM_MODEL, Attempt, SimulatedProvider, complete
+from trm_assets.llm.sim.world import load_world
+from trm_assets.llm.sim_config import SimConfig
+
+_STOP = None
+
+
+def _serve(conn: Connection, ground_truth: str, config_json: str, model: str) -> None:
+    """The worker: requests in arrival order, one :class:`Attempt` back per request."""
+    provider = SimulatedProvider(
+        load_world(ground_truth), SimConfig.model_validate_json(config_json), model=model
+    )
+    inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def read() -> None:  # drain the pipe as fast as it fills
+        try:
+            while True:
+                inbox.put(conn.recv())
+        except (EOFError, OSError):
+            inbox.put(_STOP)
+
+    threading.Thread(target=read, name="sim-worker-read", daemon=True).start()
+    conn.send("ready")
+    while (item := inbox.get()) is not _STOP:
+        rid, messages, tools, seed, temperature = item
+        try:
+            out: Any = provider.attempt(messages, tools, seed, temperature)
+        except Exception as e:  # a bug: the caller raises it
+            out = RuntimeError(f"simulator worker: {type(e).__name__}: {e}")
+        conn.send((rid, out))
+
+
+class SimWorkerProvider:
+    """An :class:`~trm_assets.llm.protocol.LLMProvider` whose world lives in a worker process.
+
+    ``ground_truth``: the world's ``ground_truth.json``; ``config``: the ``sim`` knobs. Close it
+    (or use it as a context manager) to stop the worker; a worker left over dies with its
+    parent (daemon process).
+    """
+
+    def __init__(
+        self, ground_truth: str | Path, config: SimConfig | None = None, *, model: str = SIM_MODEL
+    ) -> None:
+        self.config = config or SimConfig()
+        self._model = model
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process with threads
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(
+            target=_serve,
+            args=(child, str(ground_truth), self.config.model_dump_json(), model),
+            name="trm-sim-worker",
+            daemon=True,
+        )
+        self._proc.start()
+        child.close()
+        if not self._conn.poll(120) or self._conn.recv() != "ready":
+            self.close()
+            raise RuntimeError("the simulator worker did not start within 120 s")
+        self._ids = itertools.count()
+        self._pending: dict[int, asyncio.Future[Attempt]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._usage = Usage()
+        self._lock = threading.Lock()
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def usage(self) -> Usage:
+        return self._usage
+
+    @property
+    def is_simulated(self) -> bool:
+        return True
+
+    def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Read replies on ``loop`` (each ``asyncio.run`` of the loop is a new event loop)."""
+        if self._loop is loop:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._conn.fileno())
+        loop.add_reader(self._conn.fileno(), self._on_readable)
+        self._loop = loop
+
+    def _on_readable(self) -> None:
+        try:
+            while self._conn.poll():
+                rid, out = self._conn.recv()
+                fut = self._pending.pop(rid, None)
+                if fut is None or fut.done():
+                    continue
+                if isinstance(out, BaseException):
+                    fut.set_exception(out)
+                else:
+                    fut.set_result(out)
+        except (EOFError, OSError):
+            err = RuntimeError("the simulator worker exited")
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(err)
+            self._pending.clear()
+            if self._loop is not None:
+                self._loop.remove_reader(self._conn.fileno())
+
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+    ) -> ChatResponse:
+        """As :meth:`SimulatedProvider.chat`; the reply is computed in the worker."""
+        del max_tokens
+        t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        self._listen(loop)
+        rid = next(self._ids)
+        fut: asyncio.Future[Attempt] = loop.create_future()
+        self._pending[rid] = fut
+        self._conn.send((rid, messages, tools, seed, temperature))
+        attempt = await fut
+        if attempt.response is not None:
+            with self._lock:
+                self._usage = self._usage + attempt.response.usage
+        return await complete(attempt, t0, self.config, self._model)
+
+    def close(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._conn.fileno())
+        self._conn.close()
+        self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+
+    def __enter__(self) -> SimWorkerProvider:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SimWorkerProvider(model={self._model!r}, SIMULATED, worker pid {self._proc.pid})"
