@@ -78,6 +78,9 @@ class LoopContext:
     _recent_infra: deque[tuple[int, int]] = field(
         default_factory=lambda: deque(maxlen=20), repr=False
     )
+    # prompts version → (the verified meta it was loaded under, the prompts): a barrier reads its
+    # prompt set once per version, not once per barrier
+    _prompts: dict[str, tuple[object, AgentPrompts]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._recent_infra = deque(maxlen=self.cfg.infra_outage_window)
@@ -138,8 +141,15 @@ class LoopContext:
 
     def agent_prompts(self, version: str) -> AgentPrompts:
         root = self.paths.prompts_root
-        verify_version(root, version)  # the files read below match their recorded hashes
-        return load_agent_prompts(root / version)
+        # the files match their recorded hashes; an unchanged version gives back the same meta
+        # object (versions._verified), so the prompts loaded under it are still these files
+        meta = verify_version(root, version)
+        hit = self._prompts.get(version)
+        if hit is not None and hit[0] is meta:
+            return hit[1]
+        prompts = load_agent_prompts(root / version)
+        self._prompts[version] = (meta, prompts)
+        return prompts
 
     def _decoding(self) -> dict[str, object]:
         return {
