@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import multiprocessing
 import queue
+import socket
+import subprocess
+import sys
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -64,8 +66,8 @@ class SimWorkerProvider:
     """An :class:`~trm_assets.llm.protocol.LLMProvider` whose world lives in a worker process.
 
     ``ground_truth``: the world's ``ground_truth.json``; ``config``: the ``sim`` knobs. Close it
-    (or use it as a context manager) to stop the worker; a worker left over dies with its
-    parent (daemon process).
+    (or use it as a context manager) to stop the worker; a worker whose caller died sees the
+    socket close and exits.
     """
 
     def __init__(
@@ -73,16 +75,19 @@ class SimWorkerProvider:
     ) -> None:
         self.config = config or SimConfig()
         self._model = model
-        ctx = multiprocessing.get_context("spawn")  # no fork of a process with threads
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(
-            target=_serve,
-            args=(child, str(ground_truth), self.config.model_dump_json(), model),
-            name="trm-sim-worker",
-            daemon=True,
+        # a fresh interpreter on one end of a socket pair: no fork of a process with threads, and
+        # unlike multiprocessing's spawn no re-import of the caller's __main__
+        ours, theirs = socket.socketpair()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(theirs.fileno()), str(ground_truth), model],
+            stdin=subprocess.PIPE,
+            pass_fds=(theirs.fileno(),),
         )
-        self._proc.start()
-        child.close()
+        theirs.close()
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(self.config.model_dump_json().encode())
+        self._proc.stdin.close()
+        self._conn = Connection(ours.detach())
         if not self._conn.poll(120) or self._conn.recv() != "ready":
             self.close()
             raise RuntimeError("the simulator worker did not start within 120 s")
@@ -160,11 +165,12 @@ class SimWorkerProvider:
     def close(self) -> None:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self._conn.fileno())
-        self._conn.close()
-        self._proc.join(timeout=10)
-        if self._proc.is_alive():
+        self._conn.close()  # the worker sees EOF and exits
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
             self._proc.kill()
-            self._proc.join()
+            self._proc.wait()
 
     def __enter__(self) -> SimWorkerProvider:
         return self
@@ -174,3 +180,7 @@ class SimWorkerProvider:
 
     def __repr__(self) -> str:
         return f"SimWorkerProvider(model={self._model!r}, SIMULATED, worker pid {self._proc.pid})"
+
+
+if __name__ == "__main__":  # the worker process: fd, ground truth, model; the config on stdin
+    _serve(Connection(int(sys.argv[1])), sys.argv[2], sys.stdin.read(), sys.argv[3])
