@@ -25,7 +25,6 @@ manifest's invariants are enforced in one module.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import uuid
@@ -34,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Unpack
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trm_assets.domain.edits import resolve_skill_file
-from trm_assets.domain.errors import TrmError, describe_validation_error
+from trm_assets.domain.errors import TrmError
 from trm_assets.harness.storage.atomic import atomic_write_json, atomic_write_text, file_identity
 from trm_assets.harness.storage.lock import LOCK_FILE, workspace_lock
 from trm_assets.harness.storage.runlog import MissingRunLogError, RunLog
@@ -48,6 +47,7 @@ from trm_assets.harness.storage.versions import (
     VersionNote,
     advance_version,
     check_relative_name,
+    parse_json_model,
     parse_version,
     promote_to_seed,
     read_seed,
@@ -181,7 +181,7 @@ def read_manifest(workspace: str | Path) -> Manifest:
 
 def _read_manifest_file(path: Path, workspace: str | Path) -> Manifest:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except (FileNotFoundError, NotADirectoryError):
         raise WorkspaceError(
             f"{path}: not found; {workspace} is not an initialised workspace "
@@ -191,13 +191,7 @@ def _read_manifest_file(path: Path, workspace: str | Path) -> Manifest:
         raise WorkspaceError(f"{path}: not UTF-8 text (not a manifest)") from None
     except OSError as e:
         raise WorkspaceError(f"{path}: cannot be read ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise WorkspaceError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
-    try:
-        return Manifest.model_validate(raw)
-    except ValidationError as e:
-        body = "; ".join(describe_validation_error(e))
-        raise WorkspaceError(f"{path}: invalid manifest ({body})") from None
+    return parse_json_model(path, text, Manifest, "invalid manifest", WorkspaceError)
 
 
 def write_manifest(workspace: str | Path, manifest: Manifest) -> None:

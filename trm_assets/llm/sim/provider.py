@@ -212,7 +212,33 @@ async def complete(attempt: Attempt, t0: float, config: SimConfig, model: str) -
     )
 
 
-class SimulatedProvider:
+class SimIdentity:
+    """What every simulated provider says about itself: its model name, the tokens of its calls
+    so far (thread-safe), and that it is simulated."""
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._usage = Usage()
+        self._lock = threading.Lock()
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def usage(self) -> Usage:
+        return self._usage
+
+    @property
+    def is_simulated(self) -> bool:
+        return True
+
+    def _count(self, usage: Usage) -> None:
+        with self._lock:
+            self._usage = self._usage + usage
+
+
+class SimulatedProvider(SimIdentity):
     """The simulated world as an :class:`~trm_assets.llm.protocol.LLMProvider` (in-process).
 
     ``world``: the ground truth (:func:`~trm_assets.llm.sim.world.load_world`). ``config``: the
@@ -228,25 +254,11 @@ class SimulatedProvider:
         model: str = SIM_MODEL,
         inject_faults: bool = True,
     ) -> None:
+        super().__init__(model)
         self.world = world
         self.config = config or SimConfig()
-        self._model = model
         self.inject_faults = inject_faults
-        self._usage = Usage()
         self._attempts = AttemptCounter()
-        self._lock = threading.Lock()
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def usage(self) -> Usage:
-        return self._usage
-
-    @property
-    def is_simulated(self) -> bool:
-        return True
 
     def respond(
         self,
@@ -273,8 +285,7 @@ class SimulatedProvider:
             self.world, self.config, messages, tools, seed, temperature, encoded=encoded
         )
         resp = to_chat_response(reply, messages, tools, self._model, request, encoded=encoded)
-        with self._lock:
-            self._usage = self._usage + resp.usage
+        self._count(resp.usage)
         return resp
 
     def attempt(

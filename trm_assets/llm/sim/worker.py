@@ -29,8 +29,14 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from trm_assets.llm.protocol import ChatResponse, Message, ToolSpec, Usage
-from trm_assets.llm.sim.provider import SIM_MODEL, Attempt, SimulatedProvider, complete
+from trm_assets.llm.protocol import ChatResponse, Message, ToolSpec
+from trm_assets.llm.sim.provider import (
+    SIM_MODEL,
+    Attempt,
+    SimIdentity,
+    SimulatedProvider,
+    complete,
+)
 from trm_assets.llm.sim.world import load_world
 from trm_assets.llm.sim_config import SimConfig
 
@@ -62,7 +68,7 @@ def _serve(conn: Connection, ground_truth: str, config_json: str, model: str) ->
         conn.send((rid, out))
 
 
-class SimWorkerProvider:
+class SimWorkerProvider(SimIdentity):
     """An :class:`~trm_assets.llm.protocol.LLMProvider` whose world lives in a worker process.
 
     ``ground_truth``: the world's ``ground_truth.json``; ``config``: the ``sim`` knobs. Close it
@@ -73,8 +79,8 @@ class SimWorkerProvider:
     def __init__(
         self, ground_truth: str | Path, config: SimConfig | None = None, *, model: str = SIM_MODEL
     ) -> None:
+        super().__init__(model)
         self.config = config or SimConfig()
-        self._model = model
         # a fresh interpreter on one end of a socket pair: no fork of a process with threads, and
         # unlike multiprocessing's spawn no re-import of the caller's __main__
         ours, theirs = socket.socketpair()
@@ -94,20 +100,6 @@ class SimWorkerProvider:
         self._ids = itertools.count()
         self._pending: dict[int, asyncio.Future[Attempt]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._usage = Usage()
-        self._lock = threading.Lock()
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def usage(self) -> Usage:
-        return self._usage
-
-    @property
-    def is_simulated(self) -> bool:
-        return True
 
     def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
         """Read replies on ``loop`` (each ``asyncio.run`` of the loop is a new event loop)."""
@@ -158,8 +150,7 @@ class SimWorkerProvider:
         self._conn.send((rid, messages, tools, seed, temperature))
         attempt = await fut
         if attempt.response is not None:
-            with self._lock:
-                self._usage = self._usage + attempt.response.usage
+            self._count(attempt.response.usage)
         return await complete(attempt, t0, self.config, self._model)
 
     def close(self) -> None:
