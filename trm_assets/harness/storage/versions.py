@@ -445,8 +445,9 @@ def advance_version(
 # Seeds
 
 
-class SeedMeta(BaseModel):
-    """``seed.json``: where a seed came from. ``created_at`` is informational only."""
+class SeedRef(BaseModel):
+    """Which seed a workspace started from (its manifest's ``seed``): the seed's name, versions,
+    evaluation run and questions."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -455,6 +456,16 @@ class SeedMeta(BaseModel):
     prompts_version: str | None
     eval_run_id: str | None
     questions_ref: str | None
+
+    @classmethod
+    def of(cls, meta: SeedRef) -> SeedRef:
+        """The reference part of a seed's meta (a plain ``SeedRef``, not the meta itself)."""
+        return cls(**{k: getattr(meta, k) for k in SeedRef.model_fields})
+
+
+class SeedMeta(SeedRef):
+    """``seed.json``: where a seed came from. ``created_at`` is informational only."""
+
     skills_hash: str
     prompts_hash: str
     source: str  # the workspace (or directory) the seed was taken from

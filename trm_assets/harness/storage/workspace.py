@@ -42,6 +42,7 @@ from trm_assets.harness.storage.lock import LOCK_FILE, workspace_lock
 from trm_assets.harness.storage.runlog import MissingRunLogError, RunLog
 from trm_assets.harness.storage.versions import (
     Seed,
+    SeedRef,
     StoreError,
     VersionMeta,
     VersionNote,
@@ -117,16 +118,6 @@ class RunRecord(BaseModel):
     skills_version: str | None
     prompts_version: str | None
     kind: str | None = None
-
-
-class SeedRef(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    skills_version: str | None
-    prompts_version: str | None
-    eval_run_id: str | None
-    questions_ref: str | None
 
 
 class Manifest(BaseModel):
@@ -728,13 +719,7 @@ def init_workspace_from_seed(
             f"seed {seed_name!r} records no questions file and none was given; pass the config "
             "whose `questions` the workspace should use"
         )
-    ref_model = SeedRef(
-        name=seed.meta.name,
-        skills_version=seed.meta.skills_version,
-        prompts_version=seed.meta.prompts_version,
-        eval_run_id=seed.meta.eval_run_id,
-        questions_ref=seed.meta.questions_ref,
-    )
+    ref_model = SeedRef.of(seed.meta)
     return _create(
         ws,
         _NewWorkspace(
