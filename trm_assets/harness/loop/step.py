@@ -281,6 +281,8 @@ async def _run_step(
             state.correctness[qid] = outcome
     # 3. diagnosis
     ctx.log.flush()
+    if echo is not None:  # the diagnose/evolve calls report nothing while they run
+        echo(f"epoch {epoch} step {step}: diagnosing the failed rollouts …")
     try:
         diag = await run_diagnosis(
             run_id,
@@ -393,6 +395,8 @@ async def _gate_skill(
             skill_file, task_type, "gate_cap", detail=f"run_max_gates={run_params.max_gates}"
         )
     paths = ctx.paths
+    if echo is not None:
+        echo(f"  evolving {skill_file} from {len(pack.question_ids)} failed case(s) …")
     try:
         record = await evolve_single_skill(
             pack,
