@@ -22,6 +22,7 @@ it, like a remote server's: the reply is computed first and only the rest of the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -202,14 +203,7 @@ async def complete(attempt: Attempt, t0: float, config: SimConfig, model: str) -
     remaining = attempt.delay_ms / 1000.0 - (time.perf_counter() - t0)
     if remaining > 0:
         await asyncio.sleep(remaining)
-    return ChatResponse(
-        content=resp.content,
-        tool_calls=resp.tool_calls,
-        usage=resp.usage,
-        model=resp.model,
-        finish_reason=resp.finish_reason,
-        latency_s=time.perf_counter() - t0,
-    )
+    return dataclasses.replace(resp, latency_s=time.perf_counter() - t0)
 
 
 class SimIdentity:
