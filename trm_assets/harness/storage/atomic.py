@@ -101,9 +101,14 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def json_text(obj: Any) -> str:
+    """Deterministic JSON (sorted keys, 2-space indent, trailing newline): every JSON file the
+    workspace writes."""
+    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    """Deterministic JSON (sorted keys, 2-space indent, trailing newline)."""
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    atomic_write_text(path, json_text(obj))
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:

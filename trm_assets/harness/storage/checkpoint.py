@@ -25,7 +25,6 @@ the verification of referenced versions that opening a unit needs.
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import shutil
@@ -42,7 +41,7 @@ from trm_assets.domain.edits import RejectedEdit
 from trm_assets.domain.errors import TrmError
 from trm_assets.evolution.types import SystemCasePack, ToolCasePack, to_jsonable
 from trm_assets.harness.data.config import RunConfig
-from trm_assets.harness.storage.atomic import atomic_write_json, file_identity
+from trm_assets.harness.storage.atomic import atomic_write_text, file_identity, json_text
 from trm_assets.harness.storage.records import (
     BudgetLedger,
     CounterName,
@@ -318,10 +317,11 @@ def _typed_fields(tp: type) -> tuple[tuple[Field[Any], Any], ...]:
     return tuple((f, hints[f.name]) for f in fields(tp))
 
 
-# One read of state.json per unit of work (issue 14): the checkpoint this process last read or
-# wrote, keyed by the file's identity (inode, size, mtime: an atomic write is a new inode); every
-# load rebuilds a fresh TrainState from a deep copy, so a unit's mutations never reach the cache.
-_STATE_CACHE: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+# One read of state.json per unit of work (issue 14): the text of the checkpoint this process
+# last read or wrote, keyed by the file's identity (inode, size, mtime: an atomic write is a new
+# inode); every load decodes a fresh TrainState from it, so a unit's mutations never reach the
+# cache (decoding the text is several times cheaper than a deep copy of the decoded object).
+_STATE_CACHE: dict[Path, tuple[tuple[int, int, int], str]] = {}
 
 
 def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
@@ -330,16 +330,16 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
     if key is None:
         return None
     cached = _STATE_CACHE.get(path.absolute())
-    if cached is not None and cached[0] == key:
-        data = copy.deepcopy(cached[1])
-    else:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise CheckpointError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
-        if not isinstance(data, dict):
-            raise CheckpointError(f"{path}: expected a JSON object")
-        _STATE_CACHE[path.absolute()] = (key, copy.deepcopy(data))
+    text = cached[1] if cached is not None and cached[0] == key else None
+    if text is None:
+        text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    _STATE_CACHE[path.absolute()] = (key, text)
     state = state_from_dict(data, str(path))
     if state.structural_fingerprint != cfg.structural_fingerprint():
         raise CheckpointError(
@@ -362,12 +362,12 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
 def save_state(path: Path, state: TrainState, workspace: Path) -> None:
     """Checkpoint: record the workspace mark, then write ``state.json`` atomically."""
     state.workspace_mark = workspace_mark(workspace)
-    data = state_to_dict(state)
+    text = json_text(state_to_dict(state))
     _STATE_CACHE.pop(path.absolute(), None)
-    atomic_write_json(path, data)
+    atomic_write_text(path, text)
     key = file_identity(path)
     if key is not None:
-        _STATE_CACHE[path.absolute()] = (key, json.loads(json.dumps(data)))
+        _STATE_CACHE[path.absolute()] = (key, text)
 
 
 # ------------------------------------------------------------------------------------------------
