@@ -145,9 +145,13 @@ class SimWorkerProvider(SimIdentity):
         loop = asyncio.get_running_loop()
         self._listen(loop)
         rid = next(self._ids)
+        try:
+            self._conn.send((rid, messages, tools, seed, temperature))
+        except OSError as e:
+            raise RuntimeError(f"the simulator worker exited ({e})") from None
+        # registered after the send: the reply is read on this loop, so not before the await
         fut: asyncio.Future[Attempt] = loop.create_future()
         self._pending[rid] = fut
-        self._conn.send((rid, messages, tools, seed, temperature))
         attempt = await fut
         if attempt.response is not None:
             self._count(attempt.response.usage)

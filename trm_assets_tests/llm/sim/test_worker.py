@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from trm_assets.agent.loop import AgentLoop
 from trm_assets.agent.messages import load_agent_prompts
 from trm_assets.agent.tools import Toolbox
@@ -62,3 +64,23 @@ def test_the_worker_gives_the_in_process_replies_bit_for_bit() -> None:
         assert worker.usage == in_process.usage and worker.usage.total_tokens > 0
     stops = {r[3] for r in expected}
     assert "error" in stops and "answer" in stops  # the faults were exercised
+
+
+def test_a_dead_worker_fails_the_call_instead_of_hanging() -> None:
+    world = load_world(SMOKE)
+    qid = world.question_ids()[0]
+    messages: list[Any] = [
+        {"role": "system", "content": "You answer questions about videos."},
+        {"role": "user", "content": f"Question id: {qid}\nQuestion: ?\nA. a\nB. b\nC. c\nD. d"},
+    ]
+    with SimWorkerProvider(SMOKE / "ground_truth.json", SimConfig()) as worker:
+        first = asyncio.run(worker.chat(messages, seed=1))
+        assert first.content or first.tool_calls
+        worker._proc.kill()
+        worker._proc.wait()
+
+        async def call() -> None:
+            await asyncio.wait_for(worker.chat(messages, seed=2), timeout=30)
+
+        with pytest.raises(RuntimeError, match="the simulator worker exited"):
+            asyncio.run(call())  # not a TimeoutError: it fails at once
