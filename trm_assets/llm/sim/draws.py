@@ -70,7 +70,6 @@ def weighted_index(weights: Sequence[float], *keys: object) -> int:
 
 
 @functools.lru_cache(maxsize=8192)
-@functools.lru_cache(maxsize=1024)
 def normalize_text(text: str) -> str:
     """Lower case, every run of non-alphanumerics → one space, padded with one space each side.
 
