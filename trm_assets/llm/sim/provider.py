@@ -206,9 +206,12 @@ async def complete(attempt: Attempt, t0: float, config: SimConfig, model: str) -
     return dataclasses.replace(resp, latency_s=time.perf_counter() - t0)
 
 
-class SimIdentity:
-    """What every simulated provider says about itself: its model name, the tokens of its calls
-    so far (thread-safe), and that it is simulated."""
+class SimProviderBase:
+    """What the simulated providers share: their model name, the tokens of their calls so far
+    (thread-safe), that they are simulated, and :meth:`chat` — a call is decided by
+    :meth:`_decide` (in process, or in a worker) and waited out by :func:`complete`."""
+
+    config: SimConfig
 
     def __init__(self, model: str) -> None:
         self._model = model
@@ -231,8 +234,32 @@ class SimIdentity:
         with self._lock:
             self._usage = self._usage + usage
 
+    async def _decide(
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        seed: int | None,
+        temperature: float | None,
+    ) -> Attempt:
+        raise NotImplementedError
 
-class SimulatedProvider(SimIdentity):
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+    ) -> ChatResponse:
+        """``temperature`` None → ``sim.agent_temperature``; ``seed`` is the sample index."""
+        del max_tokens
+        t0 = time.perf_counter()
+        attempt = await self._decide(messages, tools, seed, temperature)
+        return await complete(attempt, t0, self.config, self._model)
+
+
+class SimulatedProvider(SimProviderBase):
     """The simulated world as an :class:`~trm_assets.llm.protocol.LLMProvider` (in-process).
 
     ``world``: the ground truth (:func:`~trm_assets.llm.sim.world.load_world`). ``config``: the
@@ -293,33 +320,26 @@ class SimulatedProvider(SimIdentity):
         it does not fail (the compute of :meth:`chat`, also run by the worker process)."""
         encoded = encode_request(messages, tools)
         request = request_digest(messages, tools, seed, encoded=encoded)
-        if not self.inject_faults:
-            return Attempt(
-                0.0, None, self._respond(messages, tools, seed, temperature, request, encoded)
-            )
-        attempt = self._attempts.next(request) if faults_possible(self.config) else 0
-        delay = latency_ms(self.config, request, attempt)
-        fault = draw_fault(self.config, request, attempt)
+        delay: float = 0.0
+        fault: tuple[str, int | None] | None = None
+        if self.inject_faults:
+            attempt = self._attempts.next(request) if faults_possible(self.config) else 0
+            delay = latency_ms(self.config, request, attempt)
+            fault = draw_fault(self.config, request, attempt)
         if fault is not None:
             return Attempt(delay, fault, None)
         return Attempt(
             delay, None, self._respond(messages, tools, seed, temperature, request, encoded)
         )
 
-    async def chat(
+    async def _decide(
         self,
         messages: list[Message],
-        *,
-        tools: list[ToolSpec] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        seed: int | None = None,
-    ) -> ChatResponse:
-        """``temperature`` None → ``sim.agent_temperature``; ``seed`` is the sample index."""
-        del max_tokens
-        t0 = time.perf_counter()
-        attempt = self.attempt(messages, tools, seed, temperature)
-        return await complete(attempt, t0, self.config, self._model)
+        tools: list[ToolSpec] | None,
+        seed: int | None,
+        temperature: float | None,
+    ) -> Attempt:
+        return self.attempt(messages, tools, seed, temperature)
 
     def __repr__(self) -> str:
         n = len(self.world.questions)

@@ -24,18 +24,16 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from trm_assets.llm.protocol import ChatResponse, Message, ToolSpec
+from trm_assets.llm.protocol import Message, ToolSpec
 from trm_assets.llm.sim.provider import (
     SIM_MODEL,
     Attempt,
-    SimIdentity,
+    SimProviderBase,
     SimulatedProvider,
-    complete,
 )
 from trm_assets.llm.sim.world import load_world
 from trm_assets.llm.sim_config import SimConfig
@@ -68,7 +66,7 @@ def _serve(conn: Connection, ground_truth: str, config_json: str, model: str) ->
         conn.send((rid, out))
 
 
-class SimWorkerProvider(SimIdentity):
+class SimWorkerProvider(SimProviderBase):
     """An :class:`~trm_assets.llm.protocol.LLMProvider` whose world lives in a worker process.
 
     ``ground_truth``: the world's ``ground_truth.json``; ``config``: the ``sim`` knobs. Close it
@@ -130,18 +128,14 @@ class SimWorkerProvider(SimIdentity):
             if self._loop is not None:
                 self._loop.remove_reader(self._conn.fileno())
 
-    async def chat(
+    async def _decide(
         self,
         messages: list[Message],
-        *,
-        tools: list[ToolSpec] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        seed: int | None = None,
-    ) -> ChatResponse:
-        """As :meth:`SimulatedProvider.chat`; the reply is computed in the worker."""
-        del max_tokens
-        t0 = time.perf_counter()
+        tools: list[ToolSpec] | None,
+        seed: int | None,
+        temperature: float | None,
+    ) -> Attempt:
+        """The call decided in the worker (the caller waits it out in :meth:`chat`)."""
         loop = asyncio.get_running_loop()
         self._listen(loop)
         rid = next(self._ids)
@@ -155,7 +149,7 @@ class SimWorkerProvider(SimIdentity):
         attempt = await fut
         if attempt.response is not None:
             self._count(attempt.response.usage)
-        return await complete(attempt, t0, self.config, self._model)
+        return attempt
 
     def close(self) -> None:
         if self._loop is not None and not self._loop.is_closed():

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -89,6 +89,15 @@ class GroundTruthError(DataFormatError):
 
 
 _SCAN_MEMO_MAX = 4096
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _remember(memo: dict[_K, _V], key: _K, value: _V) -> None:
+    """Store in a bounded memo (cleared when full: the texts in use are few at any time)."""
+    if len(memo) >= _SCAN_MEMO_MAX:
+        memo.clear()
+    memo[key] = value
 
 
 @dataclass(frozen=True)
@@ -99,9 +108,12 @@ class SimWorld:
     source: str = "<memory>"
     _cue_norm: dict[str, dict[str, tuple[str, ...]]] = field(init=False, repr=False)
     _harm_norm: dict[str, tuple[str, ...]] = field(init=False, repr=False)
-    # (kind, task type, normalized texts) → scan result: a rollout's every turn, and every
-    # question of a task type, reads the same few texts (bounded: cleared at _SCAN_MEMO_MAX)
-    _scan_memo: dict[tuple[str, str, tuple[str, ...]], object] = field(
+    # (task type, normalized texts) → the cues / whether a harm is there: a rollout's every
+    # turn, and every question of a task type, reads the same few texts (bounded, _remember)
+    _cue_memo: dict[tuple[str, tuple[str, ...]], frozenset[str]] = field(
+        init=False, repr=False, compare=False
+    )
+    _harm_memo: dict[tuple[str, tuple[str, ...]], bool] = field(
         init=False, repr=False, compare=False
     )
 
@@ -115,7 +127,8 @@ class SimWorld:
             harm_norm[tt] = tuple(normalize_text(p) for h in task.harmful for p in h.phrasings)
         object.__setattr__(self, "_cue_norm", cue_norm)
         object.__setattr__(self, "_harm_norm", harm_norm)
-        object.__setattr__(self, "_scan_memo", {})
+        object.__setattr__(self, "_cue_memo", {})
+        object.__setattr__(self, "_harm_memo", {})
 
     # --- lookups ----------------------------------------------------------------------------
 
@@ -155,16 +168,15 @@ class SimWorld:
 
     def cues_in_normalized(self, task_type: str, norms: Sequence[str]) -> set[str]:
         """:meth:`cues_expressed` for texts already passed through ``normalize_text``."""
-        key = ("cue", task_type, tuple(norms))
-        hit = self._scan_memo.get(key)
+        key = (task_type, tuple(norms))
+        hit = self._cue_memo.get(key)
         if hit is None:
             hit = frozenset(
                 cue_id
                 for cue_id, phrasings in self._cue_norm.get(task_type, {}).items()
-                if any(p in n for p in phrasings for n in key[2])
+                if any(p in n for p in phrasings for n in key[1])
             )
-            self._remember(key, hit)
-        assert isinstance(hit, frozenset)
+            _remember(self._cue_memo, key, hit)
         return set(hit)
 
     def expresses_cue(self, task_type: str, cue_id: str, texts: Iterable[str]) -> bool:
@@ -176,17 +188,12 @@ class SimWorld:
 
     def harm_in_normalized(self, task_type: str, norms: Sequence[str]) -> bool:
         """:meth:`harm_present` for texts already passed through ``normalize_text``."""
-        key = ("harm", task_type, tuple(norms))
-        hit = self._scan_memo.get(key)
+        key = (task_type, tuple(norms))
+        hit = self._harm_memo.get(key)
         if hit is None:
-            hit = any(p in n for p in self._harm_norm.get(task_type, ()) for n in key[2])
-            self._remember(key, hit)
-        return bool(hit)
-
-    def _remember(self, key: tuple[str, str, tuple[str, ...]], value: object) -> None:
-        if len(self._scan_memo) >= _SCAN_MEMO_MAX:
-            self._scan_memo.clear()
-        self._scan_memo[key] = value
+            hit = any(p in n for p in self._harm_norm.get(task_type, ()) for n in key[1])
+            _remember(self._harm_memo, key, hit)
+        return hit
 
     def any_catalogue_hit(self, text: str) -> bool:
         """True when ``text`` expresses any cue or harmful directive of any task type."""
