@@ -140,6 +140,9 @@ class GatePlan:
     order: str  # ladder-warm | ladder-cold | uniform (temperature 0) | uniform (truncated ...) | …
     one_block: bool = False  # non-sequential policies decide once, on the whole plan
     screen: int = 0  # positions of the cheap first stage (temperature 0, known baselines)
+    # the same-prompt baselines the plan already looked up (temperature 0), None if it did not:
+    # the gate reuses them instead of querying the run log again
+    known: Mapping[str, bool] | None = None
 
 
 class GatePolicy(Protocol):
@@ -222,7 +225,10 @@ class SequentialGate:
                 n_known = sum(1 for q, _ in positions if q in known)
                 screen = n_known if cfg.gate_screen and 0 < n_known < len(positions) else 0
                 return GatePlan(
-                    positions, "uniform, known baselines first (temperature 0)", screen=screen
+                    positions,
+                    "uniform, known baselines first (temperature 0)",
+                    screen=screen,
+                    known=known,
                 )
             positions = gate_plan(order, 1, cfg.gate_block, cfg.gate_max_blocks)
             return GatePlan(positions, "uniform (temperature 0)")
@@ -349,7 +355,7 @@ async def validate_candidate_skill(
     skill_hash = text_hash(base_skills[req.skill_file])
     context_hash = ctx.context_hash(base_skills)
     base_run, cand_run = f"{req.gate_run_id}_base", f"{req.gate_run_id}_cand"
-    known = deterministic_baseline(ctx, req)
+    known = gate_plan_.known if gate_plan_.known is not None else deterministic_baseline(ctx, req)
     state = new_gate_state(len(plan), params)
     counters = {"base": 0, "cand": 0, "hits": 0, "pt": 0, "ct": 0, "calls": 0}
     observed: dict[str, bool | None] = {}
