@@ -472,7 +472,8 @@ class RunLog(_Queries):
         # the keys it has written for each: rows of other keys are new, so they take the
         # plain-INSERT path of _write_batch.
         self._begins: list[Callable[[duckdb.DuckDBPyConnection], str | None]] = []
-        self._deferred: list[Callable[[duckdb.DuckDBPyConnection], Any]] = []
+        # deferred statements, each with whether a flush_behind may run it (see defer)
+        self._deferred: list[tuple[Callable[[duckdb.DuckDBPyConnection], Any], bool]] = []
         self._fresh: dict[str, set[tuple[str, int]]] = {}
         self._behind: threading.Thread | None = None  # a flush_behind() still writing
         self._behind_error: BaseException | None = None
@@ -702,11 +703,16 @@ class RunLog(_Queries):
         if not defer:
             self.flush()
 
-    def defer(self, write: Callable[[duckdb.DuckDBPyConnection], Any]) -> None:
+    def defer(
+        self, write: Callable[[duckdb.DuckDBPyConnection], Any], *, behind: bool = True
+    ) -> None:
         """Run ``write(connection)`` inside the next :meth:`flush`'s transaction, after the
-        buffered rollouts (observation rows: one commit per unit of work, not one per table)."""
+        buffered rollouts (observation rows: one commit per unit of work, not one per table).
+        ``behind=False`` leaves it to the next foreground flush (a checkpoint, a read, close):
+        a :meth:`flush_behind` writes the rollouts and the other deferred statements and keeps
+        it queued, so writes that merge until then cost one statement, not one per barrier."""
         with self._buf_lock:
-            self._deferred.append(write)
+            self._deferred.append((write, behind))
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         """Run a SELECT after writing what is buffered (the writer reads its own writes)."""
@@ -723,7 +729,7 @@ class RunLog(_Queries):
 
         def run() -> None:
             try:
-                self._flush_now()
+                self._flush_now(behind=True)
             except BaseException as e:  # re-raised by the next flush
                 self._behind_error = e
 
@@ -833,11 +839,15 @@ class RunLog(_Queries):
         self._join_behind()
         return self._flush_now()
 
-    def _flush_now(self) -> int:
+    def _flush_now(self, *, behind: bool = False) -> int:
         with self._buf_lock:
             batch, self._buffer = self._buffer, {}
             begins, self._begins = self._begins, []
-            deferred, self._deferred = self._deferred, []
+            if behind:
+                deferred = [d for d in self._deferred if d[1]]
+                self._deferred = [d for d in self._deferred if not d[1]]
+            else:
+                deferred, self._deferred = self._deferred, []
         if not batch and not begins and not deferred:
             return 0
         created: list[str] = []
@@ -847,7 +857,7 @@ class RunLog(_Queries):
                 created = [r for w in begins if (r := w(con)) is not None]
                 if batch:
                     _write_batch(con, batch, {**{r: set() for r in created}, **self._fresh})
-                for w in deferred:
+                for w, _ in deferred:
                     w(con)
         except duckdb.ConstraintException:
             raise  # a bug in the rows: retrying the same rows cannot succeed

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from trm_assets.harness.storage import observation as obs
 from trm_assets.harness.storage.observation import read_rows, write_rows
 from trm_assets.harness.storage.runlog import RunLog
 
@@ -55,3 +58,90 @@ def test_write_rows_rejects_unknown_tables_columns_and_ragged_rows(tmp_path: Pat
         with pytest.raises(ValueError, match="same columns"):
             write_rows(log, "epoch_report", [{"epoch": 0}, {"epoch": 1, "gates": 2}])
         assert write_rows(log, "epoch_report", []) == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# merged batches: the table ends as sequential INSERT OR REPLACE statements would leave it
+
+_COLS_A = ("verdict", "wins")
+_COLS_B = ("verdict", "p_final")
+
+
+def _sequential(writes: list[tuple[tuple[str, ...], list[tuple[int, str, int]]]]) -> dict:
+    """The model: DuckDB's ``INSERT OR REPLACE`` of some columns sets those columns of an existing
+    row and keeps the others; a new row has NULL in the columns not given."""
+    table: dict[int, dict[str, object]] = {}
+    for cols, rows in writes:
+        for block, verdict, value in rows:
+            row = table.setdefault(block, {"verdict": None, "wins": None, "p_final": None})
+            row.update(zip(cols, (verdict, value if cols is _COLS_A else value / 10), strict=True))
+    return table
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([_COLS_A, _COLS_B]),
+            st.lists(
+                st.tuples(
+                    st.integers(0, 4), st.sampled_from(["ACCEPT", "CONTINUE"]), st.integers(0, 9)
+                ),
+                min_size=1,
+                max_size=4,
+            ),
+            st.sampled_from(["none", "behind", "flush"]),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_merged_writes_equal_sequential_replaces(
+    tmp_path_factory: pytest.TempPathFactory, writes: list
+) -> None:
+    """Any sequence of calls, with two column sets and behind/foreground flushes in between,
+    leaves the rows the statements one by one would."""
+    db = tmp_path_factory.mktemp("obs") / "runs.duckdb"
+    with RunLog.open(db) as log:
+        for cols, rows, flush in writes:
+            write_rows(log, "gate_evidence", [
+                {"gate_run_id": "g", "row_kind": "block", "block": b, "position": -1,
+                 **dict(zip(cols, (v, n if cols is _COLS_A else n / 10), strict=True))}
+                for b, v, n in rows
+            ])  # fmt: skip
+            if flush == "behind":
+                log.flush_behind()
+            elif flush == "flush":
+                log.flush()
+    got = {
+        r["block"]: {c: r[c] for c in ("verdict", "wins", "p_final")}
+        for r in read_rows(db, "gate_evidence")
+    }
+    assert got == _sequential([(c, r) for c, r, _ in writes])
+
+
+def test_observation_rows_wait_for_the_foreground_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A behind-flush writes the rollouts and leaves observation rows queued: the blocks of one
+    unit become one statement at the unit's checkpoint (the foreground flush)."""
+    statements: list[int] = []
+    real = obs._PendingRows.write
+
+    def counted(self: obs._PendingRows, con: object) -> None:
+        statements.append(len(self.cells))
+        real(self, con)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(obs._PendingRows, "write", counted)
+    db = tmp_path / "runs.duckdb"
+    with RunLog.open(db) as log:
+        for b in range(3):
+            write_rows(log, "gate_evidence", [_block_row(b, "CONTINUE")])
+            log.flush_behind()
+        log.flush()
+        assert statements == [3]
+        write_rows(log, "gate_evidence", [_block_row(3, "ACCEPT")])  # after the flush: a new one
+    assert statements == [3, 1]
+    assert sorted(r["block"] for r in read_rows(db, "gate_evidence")) == [0, 1, 2, 3]
