@@ -360,8 +360,10 @@ class VideoTools:
         frames_dir: Path | None = None,
         max_nodes: int = 40,
         max_frames: int = 8,
+        memo: _ToolMemo | None = None,
     ) -> None:
         self.tree = tree
+        self._memo = memo
         self._index_factory = index
         self._index: _KeywordIndex | None = None
         self.vlm = vlm
@@ -370,7 +372,22 @@ class VideoTools:
         self.max_frames = max_frames
 
     async def call(self, name: str, arguments: str | Mapping[str, Any] | None) -> ToolResult:
-        """Run one tool call. Bad calls give an ``error`` result; InfraError (VLM) propagates."""
+        """Run one tool call. Bad calls give an ``error`` result; InfraError (VLM) propagates.
+
+        Every tool but ``inspect_frames`` (a model call) is a function of the tree and the
+        arguments, so with a ``memo`` (the :class:`Toolbox`'s, per tree) a call whose arguments
+        text was seen before returns the stored result."""
+        memo = self._memo if name != "inspect_frames" and isinstance(arguments, str) else None
+        if memo is None:
+            return await self._call(name, arguments)
+        key = (self.tree.video.videoID, name, str(arguments))
+        hit = memo.get(key)
+        if hit is None:
+            hit = await self._call(name, arguments)
+            memo.put(key, hit)
+        return hit
+
+    async def _call(self, name: str, arguments: str | Mapping[str, Any] | None) -> ToolResult:
         handler = _HANDLERS.get(name)
         if handler is None:
             return self._error(
@@ -632,6 +649,31 @@ _ARG_MODELS: dict[str, type[_Args]] = {
     "inspect_frames": _InspectArgs,
     "answer": _AnswerArgs,
 }
+
+
+class _ToolMemo:
+    """Results of the deterministic tools by (video, tool, arguments text), shared by the
+    rollouts of a :class:`Toolbox`: the loop re-runs the same questions (gates, R, R2), and
+    their agents open with the same calls. Bounded: at most :attr:`MAX_ENTRIES` results of at
+    most :attr:`MAX_CHARS` characters each; full, it starts over."""
+
+    MAX_ENTRIES = 4096
+    MAX_CHARS = 16_384
+
+    def __init__(self) -> None:
+        self._results: dict[tuple[str, str, str], ToolResult] = {}
+
+    def get(self, key: tuple[str, str, str]) -> ToolResult | None:
+        return self._results.get(key)
+
+    def put(self, key: tuple[str, str, str], result: ToolResult) -> None:
+        if len(result.content) > self.MAX_CHARS:
+            return
+        if len(self._results) >= self.MAX_ENTRIES:
+            self._results.clear()
+        self._results[key] = result
+
+
 _HANDLERS: dict[str, Any] = {
     "get_overview": VideoTools._overview,
     "expand_node": VideoTools._expand,
@@ -660,6 +702,7 @@ class Toolbox:
     max_nodes: int = 40
     max_frames: int = 8
     _indexes: dict[str, _KeywordIndex] = field(default_factory=dict, init=False, repr=False)
+    _memo: _ToolMemo = field(default_factory=lambda: _ToolMemo(), init=False, repr=False)
 
     def check_questions(self, questions: Iterable[Question]) -> None:
         """Refuse (before any rollout) questions whose video tree is missing."""
@@ -684,6 +727,7 @@ class Toolbox:
             frames_dir=self.frames_dir,
             max_nodes=self.max_nodes,
             max_frames=self.max_frames,
+            memo=self._memo,
         )
 
     def _index_for(self, key: str, tree: VideoTree) -> _KeywordIndex:

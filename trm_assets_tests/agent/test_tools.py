@@ -146,3 +146,44 @@ def test_missing_tree_is_refused_before_any_rollout() -> None:
     box = Toolbox({"vidA": kitchen_tree()})
     with pytest.raises(ToolPackError, match=r"1 video\(s\) have questions but no tree: vidQ"):
         box.check_questions([question(), question("9-1", videoID="vidQ")])
+
+
+def test_repeated_calls_of_the_toolbox_equal_a_fresh_computation(tmp_path: Path) -> None:
+    """The toolbox remembers the deterministic tools' results across rollouts: every result,
+    errors included, equals the one a memo-less session computes; ``inspect_frames`` (a model
+    call) is never remembered."""
+    calls: list[tuple[str, Any]] = [
+        ("get_overview", {}),
+        ("expand_node", {"node_id": "s1"}),
+        ("get_captions", {"level": "clip", "start": 0, "end": 120}),
+        ("search_captions", {"query": "plate"}),
+        ("expand_node", {"node_id": "nope"}),  # a task-level error
+        ("answer", {"letter": "B"}),
+    ]
+    box = Toolbox({"vidA": kitchen_tree()})
+    for _ in range(3):  # three rollouts of the same question
+        for name, args in calls:
+            raw = json.dumps(args)
+            fresh = asyncio.run(VideoTools(kitchen_tree()).call(name, raw))
+            assert asyncio.run(box.session(question()).call(name, raw)) == fresh
+    from trm_assets.llm.protocol import ChatResponse
+
+    vlm = ScriptedLLM(lambda m, s: ChatResponse(content="blue"), model="vlm")
+    images = _tree_with_images(tmp_path)
+    images.vlm = vlm
+    args = json.dumps({"question": "plate colour?", "start": 70, "end": 110})
+    for _ in range(2):
+        asyncio.run(images.session(question()).call("inspect_frames", args))
+    assert len(vlm.calls) == 2
+
+
+def test_the_toolbox_memo_is_bounded() -> None:
+    from trm_assets.agent.tools import ToolResult, _ToolMemo
+
+    memo = _ToolMemo()
+    for i in range(_ToolMemo.MAX_ENTRIES + 10):
+        memo.put(("v", "t", str(i)), ToolResult("t", "{}"))
+    assert memo.get(("v", "t", "0")) is None  # started over when full
+    assert memo.get(("v", "t", str(_ToolMemo.MAX_ENTRIES + 9))) is not None
+    memo.put(("v", "big", ""), ToolResult("big", "x" * (_ToolMemo.MAX_CHARS + 1)))
+    assert memo.get(("v", "big", "")) is None  # a large result is not kept
