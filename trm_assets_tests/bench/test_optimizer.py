@@ -195,14 +195,26 @@ def test_optimizer_workers_die_with_a_killed_bench(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     worker = int(proc.stdout.readline())
+    born = _process_state(worker)
+    assert born is not None and born[0] != "Z"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        try:
-            os.kill(worker, 0)
-        except ProcessLookupError:
+        now = _process_state(worker)
+        # gone, a zombie (exited; this container's init reaps orphans late), or the pid reused
+        if now is None or now[0] == "Z" or now[1] != born[1]:
             return
         time.sleep(0.1)
     os.kill(worker, signal.SIGKILL)
     raise AssertionError(f"worker {worker} outlived its killed parent")
+
+
+def _process_state(pid: int) -> tuple[str, str] | None:
+    """(state letter, start time) of a process from ``/proc``, or None when it does not exist."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return fields[0], fields[19]  # state; starttime (field 22 of proc(5))
