@@ -281,12 +281,17 @@ def run_specs(
 
 def die_with_parent(parent_pid: int) -> None:
     """Worker initializer: a killed bench takes its workers with it (Linux ``PR_SET_PDEATHSIG``)
-    instead of leaving them to finish their runs as orphans."""
+    instead of leaving them to finish their runs as orphans.
+
+    The signal is SIGKILL: a SIGTERM is ignored or stays pending when the bench was started
+    from a process that ignores or blocks it (dispositions and masks survive ``exec``; in the
+    suite's xdist workers the orphan lived on). SIGTERM's default action did no cleanup either:
+    the journal is the parent's, and a run's files are written atomically."""
     if sys.platform.startswith("linux"):
         import ctypes
 
         pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
         os._exit(1)
 

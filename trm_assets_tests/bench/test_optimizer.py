@@ -170,8 +170,11 @@ def test_overhead_ideal_and_cli() -> None:
     assert out["dagster"] is None
 
 
-def test_optimizer_workers_die_with_a_killed_bench(tmp_path: Path) -> None:
-    """SIGKILL of the bench process stops its worker processes (no orphans finishing runs)."""
+@pytest.mark.parametrize("sigterm", ["default", "blocked_and_ignored"])
+def test_optimizer_workers_die_with_a_killed_bench(tmp_path: Path, sigterm: str) -> None:
+    """SIGKILL of the bench process stops its worker processes (no orphans finishing runs),
+    also when the bench inherited SIGTERM blocked and ignored (masks and SIG_IGN survive
+    ``exec``: in the suite's xdist workers a SIGTERM-based death signal was never delivered)."""
     import os
     import signal
     import subprocess
@@ -183,7 +186,11 @@ def test_optimizer_workers_die_with_a_killed_bench(tmp_path: Path) -> None:
         "import multiprocessing as mp, os, sys, time\n"
         "from concurrent.futures import ProcessPoolExecutor\n"
         "from trm_bench.optimizer import die_with_parent\n"
+        "import signal\n"
         "if __name__ == '__main__':\n"
+        f"    if {sigterm == 'blocked_and_ignored'}:\n"
+        "        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+        "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         "    ctx = mp.get_context('spawn')\n"
         "    with ProcessPoolExecutor(1, mp_context=ctx, initializer=die_with_parent,\n"
         "                             initargs=(os.getpid(),)) as pool:\n"
