@@ -375,12 +375,12 @@ class VideoTools:
         """Run one tool call. Bad calls give an ``error`` result; InfraError (VLM) propagates.
 
         Every tool but ``inspect_frames`` (a model call) is a function of the tree and the
-        arguments, so with a ``memo`` (the :class:`Toolbox`'s, per tree) a call whose arguments
-        text was seen before returns the stored result."""
-        memo = self._memo if name != "inspect_frames" and isinstance(arguments, str) else None
-        if memo is None:
+        arguments, so with a ``memo`` (the :class:`Toolbox`'s, keyed by video) a call whose
+        arguments text was seen before for this video returns the stored result."""
+        memo = self._memo
+        if memo is None or name == "inspect_frames" or not isinstance(arguments, str):
             return await self._call(name, arguments)
-        key = (self.tree.video.videoID, name, str(arguments))
+        key = (self.tree.video.videoID, name, arguments)
         hit = memo.get(key)
         if hit is None:
             hit = await self._call(name, arguments)
@@ -702,7 +702,7 @@ class Toolbox:
     max_nodes: int = 40
     max_frames: int = 8
     _indexes: dict[str, _KeywordIndex] = field(default_factory=dict, init=False, repr=False)
-    _memo: _ToolMemo = field(default_factory=lambda: _ToolMemo(), init=False, repr=False)
+    _memo: _ToolMemo = field(default_factory=_ToolMemo, init=False, repr=False)
 
     def check_questions(self, questions: Iterable[Question]) -> None:
         """Refuse (before any rollout) questions whose video tree is missing."""

@@ -125,8 +125,9 @@ def _cell(value: Any) -> Any:
 def write_rows(log: RunLog, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
     """Idempotent insert (``INSERT OR REPLACE`` on the primary key) of rows with equal keys.
 
-    Validated now, written in the run log's next :meth:`~RunLog.flush` transaction (the loop
-    flushes before every checkpoint; the writer flushes before its own reads and on close).
+    Validated now, written in the run log's next foreground :meth:`~RunLog.flush` transaction
+    (the loop flushes before every checkpoint; the writer flushes before its own reads and on
+    close; a :meth:`~RunLog.flush_behind` leaves them queued).
     Consecutive calls for one table with the same columns join one pending batch, written by one
     statement (:class:`_PendingRows`)."""
     if table not in OBS_DDL:
@@ -159,9 +160,9 @@ class _PendingRows:
     One ``INSERT OR REPLACE`` from a frame costs ≈ 15 ms in DuckDB whether it carries 1 row or
     250, and a gate writes its evidence once per block, so the rows of consecutive calls are
     merged and written by one statement. Merging keeps the last row per key, which is what
-    sequential ``INSERT OR REPLACE`` statements leave; a call with other columns (which would
-    replace whole rows with NULLs in the columns it lacks) starts a new batch after this one, so
-    the table sees the same sequence. Once the flush has started writing a batch it is sealed
+    sequential ``INSERT OR REPLACE`` statements leave; a call with other columns (DuckDB then
+    sets only those columns of an existing row) starts a new batch after this one, so the table
+    sees the same sequence. Once the flush has started writing a batch it is sealed
     and later rows go to a new batch, under the lock (the flush may run behind, on its thread);
     a failed flush re-runs the sealed batch with the same rows."""
 
