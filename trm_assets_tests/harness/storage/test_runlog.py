@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from trm_assets.harness.storage.runlog import (
     DDL,
@@ -239,3 +241,135 @@ def test_reader_in_another_process_gets_a_retryable_busy_error(tmp_path: Path) -
 def test_missing_file_is_explained(tmp_path: Path) -> None:
     with pytest.raises(RunLogError, match="no run log here"):
         RunLogReader.open(tmp_path / "none.duckdb")
+
+
+# -- run rows: the set-based flush leaves what the calls one after another leave --------------
+
+_RUNS = ("r1", "r2", "r3")
+_GIVEN = st.fixed_dictionaries(
+    {},
+    optional={
+        "kind": st.sampled_from(["gate_candidate", "step"]),
+        "skills_version": st.sampled_from(["v1", "v2"]),
+        "prompts_version": st.sampled_from(["p1", "p2"]),
+        "max_steps": st.integers(1, 9),
+    },
+)
+_OUTCOME = st.sampled_from(
+    [
+        {"correct": True, "stop_reason": "answer", "failure_kind": None},
+        {"correct": False, "stop_reason": "answer", "failure_kind": "task"},
+        {"correct": None, "stop_reason": "error", "failure_kind": "infra"},
+        {"correct": None, "stop_reason": "error", "failure_kind": None},
+    ]
+)
+_CALL = st.one_of(
+    st.tuples(st.just("begin"), st.sampled_from(_RUNS), _GIVEN, st.booleans()),
+    st.tuples(
+        st.just("rollout"),
+        st.sampled_from(_RUNS),
+        st.sampled_from(["q1", "q2", "q3"]),
+        _OUTCOME,
+        st.one_of(st.none(), st.integers(0, 500)),
+    ),
+    st.tuples(
+        st.just("finish"),
+        st.sampled_from(_RUNS),
+        st.sampled_from(["done", "failed"]),
+        st.one_of(st.none(), st.sampled_from([0.25, 1.5, 2.0])),
+        st.booleans(),
+    ),
+    st.tuples(st.sampled_from(["flush", "flush_behind"])),
+)
+
+
+class _RunsModel:
+    """The runs table as the statements of the first version left it, one call at a time:
+    a flush writes the queued run rows, then the rollouts, then the queued finishes."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, dict[str, Any]] = {}
+        self.preds: dict[tuple[str, str], dict[str, Any]] = {}
+        self.begins: list[tuple[str, dict[str, Any]]] = []
+        self.buffer: dict[tuple[str, str], dict[str, Any]] = {}
+        self.finishes: list[tuple[str, str, float | None]] = []
+
+    def begin(self, run_id: str, values: dict[str, Any]) -> None:
+        self.runs.setdefault(run_id, {"finished": False}).update(values, status="running")
+
+    def flush(self) -> None:
+        for run_id, values in self.begins:
+            self.begin(run_id, values)
+        for key, p in self.buffer.items():
+            if key not in self.preds or self.preds[key]["stop_reason"] == "error":
+                self.preds[key] = p
+        for run_id, status, wall_s in self.finishes:
+            if run_id not in self.runs:
+                continue
+            ps = [p for (r, _), p in self.preds.items() if r == run_id]
+            graded = [p["correct"] for p in ps if p["correct"] is not None]
+            tokens = [p["prompt_tokens"] for p in ps if p["prompt_tokens"] is not None]
+            self.runs[run_id].update(
+                status=status,
+                finished=True,
+                wall_s=(self.runs[run_id].get("wall_s") or 0.0) + (wall_s or 0.0),
+                n_rollouts=len(ps),
+                n_correct=sum(1 for c in graded if c),
+                n_task_failures=sum(1 for p in ps if p["failure_kind"] == "task"),
+                n_infra_failures=sum(1 for p in ps if p["failure_kind"] == "infra"),
+                accuracy=sum(graded) / len(graded) if graded else None,
+                prompt_tokens=sum(tokens) if tokens else None,
+            )
+        self.begins, self.buffer, self.finishes = [], {}, []
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(calls=st.lists(_CALL, max_size=25))
+def test_run_rows_match_the_calls_one_after_another(tmp_path: Path, calls: list[tuple]) -> None:
+    model = _RunsModel()
+    with RunLog.open(":memory:") as log:
+        for call in calls:
+            if call[0] == "begin":
+                _, run_id, values, defer = call
+                log.begin_run(run_id, defer=defer, **values)
+                if defer:
+                    model.begins.append((run_id, dict(values)))
+                else:  # written at once, alone (the queues wait for the next flush)
+                    model.begin(run_id, dict(values))
+            elif call[0] == "rollout":
+                _, run_id, qid, outcome, tokens = call
+                if run_id not in model.runs and all(r != run_id for r, _ in model.begins):
+                    continue  # rollouts follow their run's begin (run_inference's order)
+                row = pred(qid, run_id=run_id, prompt_tokens=tokens, **outcome)
+                log.add_rollout(row)
+                key = (run_id, qid)
+                old = model.buffer.get(key)
+                if old is None or old["stop_reason"] == "error":
+                    model.buffer[key] = {**outcome, "prompt_tokens": tokens}
+            elif call[0] == "finish":
+                _, run_id, status, wall_s, defer = call
+                log.finish_run(run_id, status=status, wall_s=wall_s, defer=defer)
+                model.finishes.append((run_id, status, wall_s))
+                if not defer:
+                    model.flush()
+            elif call[0] == "flush":
+                log.flush()
+                model.flush()
+            else:
+                log.flush_behind()
+                model.flush()
+        log.flush()
+        model.flush()
+        got = {r["run_id"]: r for r in log.runs()}
+    assert set(got) == set(model.runs)
+    columns = ("status", "kind", "skills_version", "prompts_version", "max_steps", "wall_s")
+    counters = ("n_rollouts", "n_correct", "n_task_failures", "n_infra_failures", "accuracy")
+    for run_id, want in model.runs.items():
+        row = got[run_id]
+        for c in (*columns, *(counters if want["finished"] else ()), "prompt_tokens"):
+            if c == "prompt_tokens" and not want["finished"]:
+                continue
+            assert row[c] == want.get(c), (run_id, c, row[c], want.get(c))
+        assert (row["finished_at"] is not None) == want["finished"], run_id
