@@ -654,7 +654,13 @@ class RunLog(_Queries):
             con.execute(
                 f"INSERT INTO runs ({cols}) VALUES ({marks})", [run_id, "running", *given.values()]
             )
-            return run_id  # created by this writer: its rollouts are new keys
+            # Created by this writer: its rollouts are new keys — unless rollouts were written
+            # under this id before its run row (add_rollout without begin_run), which then take
+            # the idempotent path instead of a duplicate-key INSERT.
+            orphans = con.execute(
+                "SELECT count(*) FROM predictions WHERE run_id = ?", [run_id]
+            ).fetchall()
+            return run_id if orphans[0][0] == 0 else None
 
         if defer:
             with self._buf_lock:

@@ -340,8 +340,6 @@ def test_run_rows_match_the_calls_one_after_another(tmp_path: Path, calls: list[
                     model.begin(run_id, dict(values))
             elif call[0] == "rollout":
                 _, run_id, qid, outcome, tokens = call
-                if run_id not in model.runs and all(r != run_id for r, _ in model.begins):
-                    continue  # rollouts follow their run's begin (run_inference's order)
                 row = pred(qid, run_id=run_id, prompt_tokens=tokens, **outcome)
                 log.add_rollout(row)
                 key = (run_id, qid)
@@ -373,3 +371,17 @@ def test_run_rows_match_the_calls_one_after_another(tmp_path: Path, calls: list[
                 continue
             assert row[c] == want.get(c), (run_id, c, row[c], want.get(c))
         assert (row["finished_at"] is not None) == want["finished"], run_id
+
+
+def test_rollouts_written_before_their_run_row_stay_idempotent(log: RunLog) -> None:
+    """A run created after rows of its id were written (add_rollout before begin_run) is not
+    taken for new: a rollout of an existing key keeps the idempotent path, no duplicate key."""
+    log.add_rollout(pred("q1", run_id="late", stop_reason="error", correct=None))
+    log.flush()
+    log.begin_run("late", kind="eval")
+    log.add_rollout(pred("q1", run_id="late"))
+    log.flush()
+    rows = log.predictions("late")
+    assert [(r["question_id"], r["stop_reason"], r["correct"]) for r in rows] == [
+        ("q1", "answer", True)
+    ]
