@@ -229,3 +229,31 @@ def test_a_training_process_holds_the_lock_for_its_whole_run(ws: Path, tmp_path:
         first.wait()
         log.close()
     assert lock_holder(ws) is None  # a killed holder leaves the workspace lockable
+
+
+def test_a_probe_between_the_lock_and_its_description_names_the_holder(ws: Path) -> None:
+    """CI caught `lock_holder` answering ``pid 0 / unknown`` for a `trm train` that had taken
+    the lock and not yet written who it is (a loaded machine descheduled it in between). The
+    probe waits for the description; here it appears 0.1 s after the lock is taken."""
+    import fcntl
+    import json
+    import time
+
+    fd = os.open(ws / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a holder that is not this process's registry: the probe path
+    expected = {"pid": 4242, "host": "h", "command": "trm train", "run_id": "r", "started": "t"}
+
+    def describe_later() -> None:
+        time.sleep(0.1)
+        os.pwrite(fd, json.dumps(expected).encode(), 0)
+
+    writer = threading.Thread(target=describe_later)
+    writer.start()
+    try:
+        holder = lock_holder(ws)
+        assert holder is not None
+        assert (holder.pid, holder.command, holder.run_id) == (4242, "trm train", "r")
+    finally:
+        writer.join()
+        os.close(fd)
+    assert lock_holder(ws) is None

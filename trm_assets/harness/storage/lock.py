@@ -51,6 +51,10 @@ LOCK_FILE = ".trm.lock"
 #: lock (:func:`lock_holder`, e.g. the epoch sensor) at the same moment.
 DEFAULT_WAIT_S = 1.0
 _POLL_S = 0.05
+#: How long a probe that found the lock held waits for the holder's description to appear: the
+#: holder writes it right after ``flock``, but a loaded machine can deschedule it in between.
+DESCRIPTION_SETTLE_S = 0.5
+_SETTLE_POLL_S = 0.005
 
 
 class WorkspaceLockError(TrmError):
@@ -126,12 +130,18 @@ def _check_directory(ws: Path, create: bool) -> None:
         ws.mkdir(parents=True, exist_ok=True)
 
 
-def _read_holder_fd(fd: int) -> Holder | None:
-    try:
-        raw = os.pread(fd, 4096, 0)
-    except OSError:
-        return None
-    return _parse_holder(raw)
+def _read_holder_fd(fd: int, settle_s: float = 0.0) -> Holder | None:
+    """The description in the lock file; retries for up to ``settle_s`` while it is empty (a
+    holder writes it just after taking the lock, so a probe can land in between)."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            holder = _parse_holder(os.pread(fd, 4096, 0))
+        except OSError:
+            return None
+        if holder is not None or time.monotonic() >= deadline:
+            return holder
+        time.sleep(_SETTLE_POLL_S)
 
 
 def _parse_holder(raw: bytes) -> Holder | None:
@@ -208,7 +218,7 @@ def workspace_lock(
         else:
             try:
                 if not _try_flock(fd, fcntl.LOCK_EX, wait_s):
-                    raise _refusal(ws, _read_holder_fd(fd), command)
+                    raise _refusal(ws, _read_holder_fd(fd, DESCRIPTION_SETTLE_S), command)
                 holder = Holder(os.getpid(), socket.gethostname(), command, run_id, _now())
                 _write_holder(fd, holder)
             except BaseException:
@@ -233,8 +243,9 @@ def lock_holder(workspace: str | Path) -> Holder | None:
 
     In the holding process this is its own holder. Elsewhere the file is probed with a shared
     lock for an instant; a stale description left by a killed holder is ignored (the kernel
-    released its lock). A holder that has not yet written its description is reported with
-    ``pid`` 0 and the command ``unknown``.
+    released its lock). A holder's description is awaited for up to :data:`DESCRIPTION_SETTLE_S`
+    (it is written just after the lock is taken); one that still has none (not ours, or a holder
+    stalled that long) is reported with ``pid`` 0 and the command ``unknown``.
     """
     path = lock_path(workspace)
     try:
@@ -250,6 +261,8 @@ def lock_holder(workspace: str | Path) -> Holder | None:
         if _try_flock(fd, fcntl.LOCK_SH, 0.0):
             fcntl.flock(fd, fcntl.LOCK_UN)
             return None
-        return _read_holder_fd(fd) or Holder(0, "unknown", "unknown", None, "unknown")
+        return _read_holder_fd(fd, DESCRIPTION_SETTLE_S) or Holder(
+            0, "unknown", "unknown", None, "unknown"
+        )
     finally:
         os.close(fd)
