@@ -305,9 +305,12 @@ def comparison(
     progress: Progress | None,
     journal: Path | None = None,
     policies: Sequence[str] = POLICIES,
+    first_seed: int = 0,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     specs = [
-        RunSpec(p, s, budget, config, tuple(overrides)) for s in range(seeds) for p in policies
+        RunSpec(p, s, budget, config, tuple(overrides))
+        for s in range(first_seed, first_seed + seeds)
+        for p in policies
     ]
     runs = run_specs(specs, workers, progress, journal)
     return {p: summarize([r for r in runs if r["policy"] == p]) for p in policies}, runs
@@ -466,6 +469,14 @@ def format_sweep(sweep: dict[str, Any]) -> str:
     show_default=True,
     help="Runs per policy (seed k sets the loop's seed and the simulator's noise seed).",
 )
+@click.option(
+    "--first-seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="The first seed (runs use seeds first-seed … first-seed + seeds − 1): tune on one "
+    "set of seeds, report on another.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object only.")
 @click.option("--aa", is_flag=True, help="Run the A/A audit (no-op proposals) instead.")
 @click.option("--sweep", is_flag=True, help="Run the helpful-proposal-share sweep instead.")
@@ -531,6 +542,7 @@ def format_sweep(sweep: dict[str, Any]) -> str:
 def cli(
     quick: bool,
     seeds: int,
+    first_seed: int,
     as_json: bool,
     aa: bool,
     sweep: bool,
@@ -568,6 +580,7 @@ def cli(
         "config": config_path,
         "overrides": list(overrides),
         "seeds": seeds,
+        "first_seed": first_seed,
         "budget": b,
         "quick": quick,
         "simulated": True,
@@ -577,7 +590,7 @@ def cli(
         if not chosen or set(chosen) - set(POLICIES):
             raise click.UsageError(f"--policies: choose from {POLICIES}, got {chosen}")
         policies, runs = comparison(
-            seeds, b, config_path, overrides, workers, progress, journal, chosen
+            seeds, b, config_path, overrides, workers, progress, journal, chosen, first_seed
         )
         all_runs += runs
         out["policies"] = policies
@@ -597,7 +610,7 @@ def cli(
             RunSpec(
                 p, s, AA_BUDGET, config_path, (*overrides, *AA_OVERRIDES), max_gates=g, label="aa"
             )
-            for s in range(seeds)
+            for s in range(first_seed, first_seed + seeds)
             for p in audited
         ]
         runs = run_specs(specs, workers, progress, journal)
@@ -613,7 +626,7 @@ def cli(
         # seed-major order: an interrupted sweep still has whole seeds for every share
         specs = [
             RunSpec(p, s, b, config_path, (*overrides, *sweep_mix(share)), label=f"cue={share:.2f}")
-            for s in range(seeds)
+            for s in range(first_seed, first_seed + seeds)
             for share in SWEEP_SHARES
             for p in POLICIES
         ]
