@@ -297,7 +297,7 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def comparison(
-    seeds: int,
+    seeds: Sequence[int],
     budget: int,
     config: str,
     overrides: Sequence[str],
@@ -305,13 +305,8 @@ def comparison(
     progress: Progress | None,
     journal: Path | None = None,
     policies: Sequence[str] = POLICIES,
-    first_seed: int = 0,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    specs = [
-        RunSpec(p, s, budget, config, tuple(overrides))
-        for s in range(first_seed, first_seed + seeds)
-        for p in policies
-    ]
+    specs = [RunSpec(p, s, budget, config, tuple(overrides)) for s in seeds for p in policies]
     runs = run_specs(specs, workers, progress, journal)
     return {p: summarize([r for r in runs if r["policy"] == p]) for p in policies}, runs
 
@@ -560,6 +555,7 @@ def cli(
     b = budget or (QUICK_BUDGET if quick else FULL_BUDGET)
     progress: Progress = lambda m: click.echo(m, err=True)  # noqa: E731
     started = time.perf_counter()
+    seed_ids = range(first_seed, first_seed + seeds)
     try:
         base_cfg = resolve_config(RunSpec("ce_gate", 0, b, config_path, overrides))
     except TrmError as e:
@@ -590,7 +586,7 @@ def cli(
         if not chosen or set(chosen) - set(POLICIES):
             raise click.UsageError(f"--policies: choose from {POLICIES}, got {chosen}")
         policies, runs = comparison(
-            seeds, b, config_path, overrides, workers, progress, journal, chosen, first_seed
+            seed_ids, b, config_path, overrides, workers, progress, journal, chosen
         )
         all_runs += runs
         out["policies"] = policies
@@ -610,7 +606,7 @@ def cli(
             RunSpec(
                 p, s, AA_BUDGET, config_path, (*overrides, *AA_OVERRIDES), max_gates=g, label="aa"
             )
-            for s in range(first_seed, first_seed + seeds)
+            for s in seed_ids
             for p in audited
         ]
         runs = run_specs(specs, workers, progress, journal)
@@ -626,7 +622,7 @@ def cli(
         # seed-major order: an interrupted sweep still has whole seeds for every share
         specs = [
             RunSpec(p, s, b, config_path, (*overrides, *sweep_mix(share)), label=f"cue={share:.2f}")
-            for s in range(first_seed, first_seed + seeds)
+            for s in seed_ids
             for share in SWEEP_SHARES
             for p in POLICIES
         ]

@@ -123,6 +123,24 @@ def test_same_seed_same_numbers() -> None:
     assert a == b
 
 
+def test_first_seed_runs_the_seeds_it_names(tmp_path: Path) -> None:
+    """`--first-seed 3 --seeds 2` runs seeds 3 and 4, each the run that seed gives directly."""
+    args = ["--seeds", "2", "--first-seed", "3", "--budget", "120", "--config", str(SMOKE)]
+    args += ["--json", "--workers", "1", "--policies", "accept_all", "--plot", str(tmp_path / "p")]
+    args += ["--runs-out", str(tmp_path / "runs.json")]
+    for o in TINY:
+        args += ["--set", o]
+    res = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["meta"]["first_seed"] == 3
+    runs = sorted(json.loads((tmp_path / "runs.json").read_text()), key=lambda r: r["seed"])
+    assert [r["seed"] for r in runs] == [3, 4]
+    direct = execute(RunSpec("accept_all", 3, 120, str(SMOKE), TINY)).to_dict()
+    got = dict(runs[0])
+    got.pop("wall_s"), direct.pop("wall_s")
+    assert json.loads(json.dumps(direct)) == got
+
+
 def test_aa_candidates_are_noops_and_rate_has_an_interval() -> None:
     spec = RunSpec("minibatch_sum", 0, 5000, str(SMOKE), (*TINY, *AA_NOOP), max_gates=6)
     run = execute(spec).to_dict()
