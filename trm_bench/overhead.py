@@ -14,8 +14,9 @@ each call
 
 (no schedule can beat the total work spread over the slots, nor the longest sequential rollout),
 plus the diagnosis/evolution/momentum calls: diagnosis runs ``concurrency`` calls at a time,
-evolution calls one after another (one per gated skill), momentum and system/tool calls are
-gathered (one latency per round). ``ratio = wall / ideal`` (``null`` at 0 ms, where the ideal is
+a step's evolution calls are started together (one latency per step; until 2026-12-02 they ran
+one after another and the ideal counted one latency per call), momentum and system/tool calls
+are gathered (one latency per round). ``ratio = wall / ideal`` (``null`` at 0 ms, where the ideal is
 0: that row is the harness's own CPU time).
 
 **Dagster's added time per step.** The same step (epoch 0, step 0) on identical copies of an
@@ -149,8 +150,11 @@ def _other_calls(budget: BudgetLedger, scope: str) -> dict[str, int]:
 
 def _other_latencies(others: dict[str, int], steps: int, concurrency: int) -> int:
     diag = steps * math.ceil(others["diagnose"] / max(steps, 1) / concurrency)
+    # a step's evolution calls are started together (docs/decision-evolve-prefetch.md): one
+    # latency per step that has any (every step of the measured epochs has)
+    evolve = min(others["evolve"], steps)
     gathered = (1 if others["momentum"] else 0) + (1 if others["system_tool"] else 0)
-    return diag + others["evolve"] + gathered
+    return diag + evolve + gathered
 
 
 def ideal_seconds(

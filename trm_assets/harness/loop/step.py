@@ -27,8 +27,9 @@ are shared with the slow update.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from trm_assets.domain.batching import make_batches
 from trm_assets.domain.edits import edit_budget_at, rejected_entries
@@ -309,13 +310,23 @@ async def _run_step(
     budget = edit_budget_at(epoch, step, ctx.budget_schedule())
     evolve_prompts = load_evolve_prompts(prompt_store(paths))
     reports: list[SkillGateReport] = []
-    for task_type in sorted({ctx.questions[q].task_type for q in batch}):
-        report = await _gate_skill(
-            ctx, state, epoch, step, task_type, skill_packs, budget,
-            evolve_prompts.evolve_skill, run_id, echo,
-        )  # fmt: skip
-        reports.append(report)
-        write_rows(ctx.log, "step_report", [_step_row(epoch, step, report, budget)])
+    task_types = sorted({ctx.questions[q].task_type for q in batch})
+    template = evolve_prompts.evolve_skill
+    proposals = _prefetch_evolutions(
+        ctx, state, epoch, step, task_types, skill_packs, budget, template
+    )
+    try:
+        for task_type in task_types:
+            report = await _gate_skill(
+                ctx, state, epoch, step, task_type, skill_packs, budget, template, run_id, echo,
+                proposals.get(skill_file_name(task_type)),
+            )  # fmt: skip
+            reports.append(report)
+            write_rows(ctx.log, "step_report", [_step_row(epoch, step, report, budget)])
+    finally:  # a gate that raised leaves the later proposals unused: stop and collect them
+        for task in proposals.values():
+            task.cancel()
+        await asyncio.gather(*proposals.values(), return_exceptions=True)
     paths = ctx.paths
     return StepResult(
         epoch,
@@ -327,6 +338,59 @@ async def _run_step(
         paths.skills_version,
         paths.prompts_version,
     )
+
+
+def _evolve(
+    ctx: LoopContext,
+    state: TrainState,
+    epoch: int,
+    step: int,
+    pack: SkillCasePack,
+    budget: int,
+    template: str,
+) -> Coroutine[Any, Any, EvolutionRecord]:
+    """The evolution call of one skill file: what it reads is its own — the file's text, its
+    case pack, its rejected entries, the step's edit budget and its own sample index."""
+    return evolve_single_skill(
+        pack,
+        skill_store(ctx.paths),
+        llm=ctx.providers.evolve,
+        template=template,
+        budget=budget,
+        rejected=state.rejected_buffer.get(pack.skill_file, []),
+        sample=sample_index(ctx.cfg.seed, "evolve_skill", epoch, step, pack.skill_file),
+    )
+
+
+def _prefetch_evolutions(
+    ctx: LoopContext,
+    state: TrainState,
+    epoch: int,
+    step: int,
+    task_types: Sequence[str],
+    packs: Mapping[str, SkillCasePack],
+    budget: int,
+    template: str,
+) -> dict[str, asyncio.Task[EvolutionRecord]]:
+    """The step's evolution calls, started together (``docs/decision-evolve-prefetch.md``).
+
+    Gating one skill changes nothing another skill's evolution reads (:func:`_evolve`: only that
+    file's text, pack and rejected entries), so each call gives the same proposal whether it is
+    made before or after the earlier gates; made together, a step waits one evolution latency
+    instead of one per skill. Only the calls the step will use are started: skills in cooldown
+    or without failures have none, and when the run's gate cap could stop the step part-way
+    (GATE §6.4) — or two task types share a skill file — nothing is started and every call is
+    made in turn, as before."""
+    files = [skill_file_name(t) for t in task_types]
+    todo = [f for f in files if state.gate_cooldown.get(f, 0) <= 0 and f in packs]
+    if len(set(files)) != len(files):
+        return {}
+    if state.gates_total + len(todo) > _run_error_params(ctx).max_gates:
+        return {}
+    return {
+        f: asyncio.ensure_future(_evolve(ctx, state, epoch, step, packs[f], budget, template))
+        for f in todo
+    }
 
 
 def _check_ladder(ctx: LoopContext) -> None:
@@ -381,7 +445,10 @@ async def _gate_skill(
     template: str,
     run_id: str,
     echo: Echo | None,
+    proposal: Awaitable[EvolutionRecord] | None = None,
 ) -> SkillGateReport:
+    """Gate one skill file; ``proposal``: its evolution call, already started
+    (:func:`_prefetch_evolutions`), or None to make it here."""
     cfg, scope = ctx.cfg, f"e{epoch}"
     skill_file = skill_file_name(task_type)
     if state.gate_cooldown.get(skill_file, 0) > 0:
@@ -397,16 +464,10 @@ async def _gate_skill(
     paths = ctx.paths
     if echo is not None:
         echo(f"  evolving {skill_file} from {len(pack.question_ids)} failed case(s) …")
+    if proposal is None:
+        proposal = _evolve(ctx, state, epoch, step, pack, budget, template)
     try:
-        record = await evolve_single_skill(
-            pack,
-            skill_store(paths),
-            llm=ctx.providers.evolve,
-            template=template,
-            budget=budget,
-            rejected=state.rejected_buffer.get(skill_file, []),
-            sample=sample_index(cfg.seed, "evolve_skill", epoch, step, skill_file),
-        )
+        record = await proposal
     except InfraError as e:  # no candidate: nothing was tested, no blacklist, no cooldown
         return SkillGateReport(skill_file, task_type, "no_edit", "INFRA", detail=f"evolve: {e}")
     charge_calls(state, scope, "evolve", record.calls)
