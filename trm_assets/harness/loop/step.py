@@ -17,6 +17,9 @@ A step, in order:
    cooldown) or **abort** (INFRA / no ladder: cooldown only);
 5. decrement cooldowns (the runner then commits the unit: its one checkpoint).
 
+The evolution calls of step 4 start together once the diagnosis is done and are awaited in the
+same order (:func:`_prefetch_evolutions`; ``docs/decision-evolve-prefetch.md``).
+
 Every function here is synchronous (``asyncio.run`` inside) so a Dagster op can call it.
 
 Why it is long: the fast update is one unit of work in the seed's order (rollouts, correctness,
