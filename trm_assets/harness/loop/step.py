@@ -385,7 +385,9 @@ def _prefetch_evolutions(
     (GATE §6.4) — or two task types share a skill file — nothing is started and every call is
     made in turn, as before."""
     files = [skill_file_name(t) for t in task_types]
-    todo = [f for f in files if state.gate_cooldown.get(f, 0) <= 0 and f in packs]
+    todo = [
+        f for t, f in zip(task_types, files, strict=True) if _skipped(ctx, state, t, packs) is None
+    ]
     if len(set(files)) != len(files):
         return {}
     if state.gates_total + len(todo) > _run_error_params(ctx).max_gates:
@@ -437,6 +439,24 @@ def _run_error_params(ctx: LoopContext) -> RunErrorParams:
     )
 
 
+def _skipped(
+    ctx: LoopContext, state: TrainState, task_type: str, packs: Mapping[str, SkillCasePack]
+) -> SkillGateReport | None:
+    """Why a task type's skill is not evolved now (cooldown, no failures, the run's gate cap),
+    or None: the checks before a skill's evolution call."""
+    skill_file = skill_file_name(task_type)
+    if state.gate_cooldown.get(skill_file, 0) > 0:
+        return SkillGateReport(skill_file, task_type, "cooldown")
+    if skill_file not in packs:
+        return SkillGateReport(skill_file, task_type, "no_failures")
+    max_gates = _run_error_params(ctx).max_gates
+    if state.gates_total >= max_gates:  # GATE §6.4: a hard cap on the gates of a run
+        return SkillGateReport(
+            skill_file, task_type, "gate_cap", detail=f"run_max_gates={max_gates}"
+        )
+    return None
+
+
 async def _gate_skill(
     ctx: LoopContext,
     state: TrainState,
@@ -453,17 +473,11 @@ async def _gate_skill(
     """Gate one skill file; ``proposal``: its evolution call, already started
     (:func:`_prefetch_evolutions`), or None to make it here."""
     cfg, scope = ctx.cfg, f"e{epoch}"
+    skipped = _skipped(ctx, state, task_type, packs)
+    if skipped is not None:
+        return skipped
     skill_file = skill_file_name(task_type)
-    if state.gate_cooldown.get(skill_file, 0) > 0:
-        return SkillGateReport(skill_file, task_type, "cooldown")
-    pack = packs.get(skill_file)
-    if pack is None:
-        return SkillGateReport(skill_file, task_type, "no_failures")
-    run_params = _run_error_params(ctx)
-    if state.gates_total >= run_params.max_gates:  # GATE §6.4: a hard cap on the gates of a run
-        return SkillGateReport(
-            skill_file, task_type, "gate_cap", detail=f"run_max_gates={run_params.max_gates}"
-        )
+    pack = packs[skill_file]
     paths = ctx.paths
     if echo is not None:
         echo(f"  evolving {skill_file} from {len(pack.question_ids)} failed case(s) …")
@@ -495,7 +509,7 @@ async def _gate_skill(
             if q not in excluded and q not in batch
         )
     params = gate_params_for(
-        state.gates_total + 1, state.accepts_total, ctx.gate_params(), run_params
+        state.gates_total + 1, state.accepts_total, ctx.gate_params(), _run_error_params(ctx)
     )
     req = GateRequest(
         epoch=epoch,

@@ -30,13 +30,13 @@ def _run(
         finally:
             flying -= 1
 
-    monkeypatch.setattr(step, "evolve_single_skill", counted)
-    if not prefetch:
-        monkeypatch.setattr(step, "_prefetch_evolutions", lambda *a, **k: {})
-    # a little latency, so that calls in flight together can be seen (results do not depend on it)
-    cfg = tiny_config("sim.latency_ms_mean=2", "sim.latency_ms_jitter=0", *extra)
-    run_to_end(new_workspace(ws, cfg), cfg)
-    monkeypatch.undo()
+    with monkeypatch.context() as mp:  # undoes only these patches (not the repository cwd)
+        mp.setattr(step, "evolve_single_skill", counted)
+        if not prefetch:
+            mp.setattr(step, "_prefetch_evolutions", lambda *a, **k: {})
+        # a little latency, so that calls in flight together show (results do not depend on it)
+        cfg = tiny_config("sim.latency_ms_mean=2", "sim.latency_ms_jitter=0", *extra)
+        run_to_end(new_workspace(ws, cfg), cfg)
     return seen
 
 
