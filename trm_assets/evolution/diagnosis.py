@@ -110,6 +110,13 @@ def failed_cases(
     for r in sorted(rows, key=lambda r: (str(r["question_id"]), int(r["replicate"]))):
         if r.get("correct") is False and r.get("failure_kind") != "infra":
             chosen.setdefault(str(r["question_id"]), r)
+    wanted = {(qid, int(r["replicate"])) for qid, r in chosen.items()}
+    traces: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    if wanted:  # one read of the run's traces, not one per case (a scan each on a large log)
+        for t in run_log.traces(run_id):
+            key = (str(t["question_id"]), int(t["replicate"]))
+            if key in wanted:
+                traces.setdefault(key, []).append(t)
     cases: list[CaseSample] = []
     for qid in sorted(chosen):
         q = questions.get(qid)
@@ -122,7 +129,7 @@ def failed_cases(
                 "question file the one the run used?)",
             )
         row = chosen[qid]
-        trace = run_log.traces(run_id, qid, int(row["replicate"]))
+        trace = traces.get((qid, int(row["replicate"])), [])
         cases.append(
             CaseSample(
                 question_id=qid,

@@ -362,16 +362,21 @@ class FakeRunLog:
         self, run_id: str, question_id: str | None = None, replicate: int | None = None
     ) -> list[dict[str, Any]]:
         return [
-            {"seq": 0, "step": 0, "role": "assistant", "content": None, "arguments": "x"},
-            {
-                "seq": 1,
-                "step": 0,
-                "role": "tool",
-                "tool_name": "get_overview",
-                "arguments": "{}",
-                "content": '{"video": "..."}',
-                "result_chars": 812,
-            },
+            {"question_id": r["question_id"], "replicate": r["replicate"], **t}
+            for r in self.predictions(run_id)
+            if question_id in (None, r["question_id"]) and replicate in (None, r["replicate"])
+            for t in (
+                {"seq": 0, "step": 0, "role": "assistant", "content": None, "arguments": "x"},
+                {
+                    "seq": 1,
+                    "step": 0,
+                    "role": "tool",
+                    "tool_name": "get_overview",
+                    "arguments": "{}",
+                    "content": '{"video": "..."}',
+                    "result_chars": 812,
+                },
+            )
         ]
 
 

@@ -184,7 +184,9 @@ def _case_pack(out: AgentOutcome, q: Question) -> Any:
             "stop_reason": out.stop_reason,
         }
     ]
-    traces = [dataclasses.asdict(s) for s in out.steps]
+    traces = [
+        {"question_id": q.question_id, "replicate": 0, **dataclasses.asdict(s)} for s in out.steps
+    ]
 
     class RunLog:
         def predictions(self, run_id: str) -> list[dict[str, Any]]:
