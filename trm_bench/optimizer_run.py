@@ -100,6 +100,8 @@ class GateRecord:
     added_lines: list[str]
     harmful_lines: list[str]
     rollouts: int
+    wins: int = 0  # usable pairs the candidate won / lost (the gate's evidence)
+    losses: int = 0
 
 
 @dataclass
@@ -310,6 +312,8 @@ class GateRecorder(LoopObserver):
                 added_lines=added,
                 harmful_lines=harmful,
                 rollouts=outcome.baseline_rollouts + outcome.candidate_rollouts,
+                wins=outcome.wins,
+                losses=outcome.losses,
             )
         )
 

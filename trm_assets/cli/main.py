@@ -109,6 +109,10 @@ def data_check(paths: tuple[str, ...], as_json: bool) -> None:
 @main.group(
     cls=LazyGroup,
     lazy={
+        "frontier": (
+            "trm_bench.frontier:cli",
+            "What thresholds on recorded gate evidence would accept (issue 15).",
+        ),
         "gate": ("trm_bench.gate:cli", "Gate decision quality (GATE §10.3)."),
         "inference": ("trm_bench.inference:cli", "Inference throughput vs the ideal."),
         "optimizer": ("trm_bench.optimizer:cli", "Gate policies on the SIMULATED world."),
