@@ -41,16 +41,23 @@ def frontier(runs: Sequence[Mapping[str, Any]], policy: str, ks: Sequence[int]) 
     """The frontier table of ``policy``'s decided gates in ``runs`` (records of
     ``--runs-out``). Raises ``ValueError`` if the policy has no runs or its gate records carry no
     evidence (files written before the records had ``wins``/``losses``)."""
+    if not all(isinstance(r, Mapping) for r in runs):
+        raise ValueError("expected run records (JSON objects), as `--runs-out` writes")
     mine = [r for r in runs if r.get("policy") == policy]
     if not mine:
         found = sorted({str(r.get("policy")) for r in runs})
         raise ValueError(f"no runs of policy {policy!r} in the file (it holds {found})")
     gates = [g for r in mine for g in r["gates"] if g["decided"]]
+    if not gates:
+        raise ValueError(f"the {len(mine)} runs of {policy!r} hold no decided gate")
     if any("wins" not in g or "losses" not in g for g in gates):
         raise ValueError(
             "the gate records carry no wins/losses: re-run `trm bench optimizer --runs-out` "
             "with this version"
         )
+    unknown = sorted({str(g["truth"]) for g in gates} - set(TRUTHS))
+    if unknown:
+        raise ValueError(f"gate records with an unknown ground truth {unknown}; expected {TRUTHS}")
     gated = {t: sum(1 for g in gates if g["truth"] == t) for t in TRUTHS}
     rows = []
     for k in ks:
@@ -98,6 +105,18 @@ def render(table: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def read_runs(path: Path) -> list[Any]:
+    """The run records of a ``--runs-out`` file (a JSON list), or of its
+    ``.partial.jsonl`` companion (one record per line, written while the benchmark runs)."""
+    text = path.read_text(encoding="utf-8")
+    if path.name.endswith(".jsonl"):
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    runs = json.loads(text)
+    if not isinstance(runs, list):
+        raise ValueError("expected the JSON list that `--runs-out` writes")
+    return list(runs)
+
+
 @click.command("frontier")
 @click.argument("runs_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
@@ -112,12 +131,10 @@ def render(table: Mapping[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 def cli(runs_file: Path, policy: str, max_k: int, as_json: bool) -> None:
     """Helpful/neutral/harmful acceptance of the rules W − L ≥ k on recorded gate evidence
-    (RUNS_FILE: the JSON of `trm bench optimizer --runs-out`)."""
+    (RUNS_FILE: the JSON of `trm bench optimizer --runs-out`, or its `.partial.jsonl` while
+    the benchmark runs)."""
     try:
-        runs = json.loads(runs_file.read_text(encoding="utf-8"))
-        if not isinstance(runs, list):
-            raise ValueError("expected the JSON list that `--runs-out` writes")
-        table = frontier(runs, policy, range(1, max_k + 1))
+        table = frontier(read_runs(runs_file), policy, range(1, max_k + 1))
     except (ValueError, KeyError, TypeError) as e:
         detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
         raise click.ClickException(f"{runs_file}: {detail}") from None

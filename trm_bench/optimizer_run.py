@@ -100,8 +100,8 @@ class GateRecord:
     added_lines: list[str]
     harmful_lines: list[str]
     rollouts: int
-    wins: int = 0  # usable pairs the candidate won / lost (the gate's evidence)
-    losses: int = 0
+    wins: int  # usable pairs the candidate won / lost (the gate's evidence)
+    losses: int
 
 
 @dataclass

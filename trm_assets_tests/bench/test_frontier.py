@@ -65,6 +65,26 @@ def test_refuses_records_without_evidence_and_unknown_policies(tmp_path: Path) -
     res = CliRunner().invoke(cli, [str(f), "--max-k", "2", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == frontier(RUNS, "full_val_point", [1, 2])
+    # the benchmark's partial file (one record per line) reads the same
+    part = tmp_path / "runs.json.partial.jsonl"
+    part.write_text("".join(json.dumps(r) + "\n" for r in RUNS))
+    res = CliRunner().invoke(cli, [str(part), "--max-k", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == frontier(RUNS, "full_val_point", [1, 2])
+    bogus = [{"policy": "full_val_point", "seed": 0, "gates": [gate("bogus", 3, 0, 0.1)]}]
+    undecided = [
+        {"policy": "full_val_point", "seed": 0, "gates": [gate("helpful", 3, 0, 0.1, False)]}
+    ]
+    for bad, message in (
+        ([1, 2], "run records"),
+        ({"policy": "full_val_point"}, "JSON list"),
+        (bogus, "unknown ground truth ['bogus']"),
+        (undecided, "hold no decided gate"),
+        ([{"policy": "full_val_point", "seed": 0}], "missing field 'gates'"),
+    ):
+        f.write_text(json.dumps(bad))
+        res = CliRunner().invoke(cli, [str(f)])
+        assert res.exit_code == 1 and message in res.output, (bad, res.output)
 
 
 def test_recorded_evidence_is_the_point_rules(tmp_path: Path) -> None:
