@@ -40,8 +40,16 @@ def _run(
     return seen
 
 
+FAULTS = (  # infra faults (retried, or an INFRA no-edit) and malformed replies, evolve calls too
+    "sim.fault_timeout_rate=0.1",
+    "sim.fault_http_5xx_rate=0.1",
+    "sim.fault_malformed_rate=0.05",
+    "sim.timeout_sleep_s=0",
+)
+
+
 # run_max_gates=2: the cap stops steps part-way, so nothing may be started ahead of time there
-@pytest.mark.parametrize("extra", [(), ("run_max_gates=2",)])
+@pytest.mark.parametrize("extra", [(), ("run_max_gates=2",), FAULTS])
 def test_evolution_calls_overlap_and_the_run_ends_as_with_calls_in_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: tuple[str, ...]
 ) -> None:
@@ -51,4 +59,21 @@ def test_evolution_calls_overlap_and_the_run_ends_as_with_calls_in_turn(
     if not extra:
         assert max(together) >= 2  # and the shipped step did not
     assert len(together) == len(in_turn)  # the same calls, no extra one
+    assert digest(tmp_path / "together") == digest(tmp_path / "in_turn")
+
+
+# The tiny run's steps make 1, 2, 2, 2 evolution calls, each of which is gated. With the cap at 3
+# the second step fits exactly (1 gate so far + 2 = 3): its calls start together; the third step
+# would not fit (3 + 2 > 3) and the cap then stops the run's gates. With the cap at 4 the third
+# step does not fit (3 + 2 > 4): its one call before the cap is made in turn.
+@pytest.mark.parametrize(("cap", "together_want"), [(3, [1, 1, 2]), (4, [1, 1, 2, 1])])
+def test_the_cap_guard_at_its_boundary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cap: int, together_want: list[int]
+) -> None:
+    assert _run(tmp_path / "free", monkeypatch, (), prefetch=True) == [1, 1, 2, 1, 2, 1, 2]
+    extra = (f"run_max_gates={cap}",)
+    together = _run(tmp_path / "together", monkeypatch, extra, prefetch=True)
+    in_turn = _run(tmp_path / "in_turn", monkeypatch, extra, prefetch=False)
+    assert together == together_want
+    assert in_turn == [1] * len(together_want)
     assert digest(tmp_path / "together") == digest(tmp_path / "in_turn")
