@@ -102,6 +102,20 @@ def test_numbers_come_from_the_runs_and_the_oracle(
         )
         traj = [t["rollouts"] for t in r["trajectory"]]
         assert traj == sorted(traj) and traj[-1] == r["rollouts"] <= BUDGET
+        # one seed: the headline figures are that run's own (observed gain on the test pool)
+        assert r["observed_test_delivered"] is not None and r["observed_test_seed"] is not None
+        assert math.isclose(
+            s["test_gain_mean"],
+            r["observed_test_delivered"] - r["observed_test_seed"],
+            abs_tol=1e-4,
+        )
+        assert s["test_gain_sd"] == 0.0
+        assert s["harmful_surviving_per_run"] == r["harmful_surviving_delivered"]
+        assert (s["rollouts"], s["tokens"], s["epochs_completed"]) == (
+            r["rollouts"],
+            r["tokens"],
+            r["epochs_completed"],
+        )
     # accept_all accepts every proposal it sees; the optimum comes from the oracle on the test pool
     assert all(v in (None, 1.0) for v in out["policies"]["accept_all"]["accept_rate"].values())
     cfg = resolve_config(RunSpec("ce_gate", 0, BUDGET, str(SMOKE), TINY))
