@@ -1,9 +1,10 @@
 """A SIGKILL inside a Dagster-driven unit of work (issue 9, the Dagster side of kill-anywhere).
 
-The unit's run stays ``STARTED`` in the instance: nothing marks the run of a dead process as
-failed (in-process execution has no run worker to health-check). A re-launch through the driver
-resumes correctly (``trm bench reliability`` checks the final state); the epoch sensor, however,
-refuses to launch while any run is in progress, so after such a kill it would wait forever.
+The unit's run stays ``STARTED`` in the instance: nothing in Dagster marks the run of a dead
+process as failed (in-process execution has no run worker to health-check). The epoch sensor does:
+a run whose process is gone is marked FAILED and tagged ``trm/worker_lost``, and the same unit is
+relaunched once (it restarts from its checkpoint); a second loss in a row needs a human. A
+re-launch through the driver resumes correctly (``trm bench reliability`` checks the final state).
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from pathlib import Path
 import dagster as dg
 
 from trm_assets.defs.build import build_experiment
+from trm_assets.defs.partitions import epoch_step_key
 from trm_assets.defs.resources import TrmResource
+from trm_assets.defs.sensors import LOST_TAG, UNIT_TAG
+from trm_assets.harness.loop.plan import Action
+from trm_assets.harness.loop.units import unit_key
 from trm_assets_tests.reliability.conftest import (
     REPO,
     SMOKE_CONFIG,
@@ -57,9 +62,19 @@ def test_sensor_recovers_after_a_killed_dagster_unit(tmp_path: Path) -> None:
     home = tmp_path / "dagster_home"
     _kill_inside_a_dagster_run(ws, home)
     trm = TrmResource(workspace=str(ws), config_path=str(SMOKE_CONFIG), overrides=list(TINY))
+    built = build_experiment(trm)
+    first_step = unit_key(Action("step", epoch=0, step=0))  # init runs inside its run
     with dg.DagsterInstance.from_config(str(home)) as instance:
         stuck = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
-        assert stuck  # the killed unit's run
+        (lost,) = stuck  # the killed unit's run, and only it
+        assert lost.tags[UNIT_TAG] == first_step and lost.job_name == built.jobs.gate_step.name
         with dg.build_sensor_context(instance=instance) as ctx:
-            result = build_experiment(trm).sensor(ctx)
+            result = built.sensor(ctx)
         assert not isinstance(result, dg.SkipReason), result.skip_message
+        # the lost run is marked failed, and the same unit is requested again (once)
+        after = instance.get_run_by_id(lost.run_id)
+        assert after is not None and after.status == dg.DagsterRunStatus.FAILURE
+        assert after.tags[LOST_TAG] == "true"
+        (req,) = result.run_requests or []
+        assert req.tags[UNIT_TAG] == first_step and req.job_name == built.jobs.gate_step.name
+        assert req.partition_key == epoch_step_key(0, 0)
