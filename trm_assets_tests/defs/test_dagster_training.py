@@ -50,6 +50,38 @@ def run_versions(ws: Path, run_id: str) -> tuple[str, str]:
     return str(row[0]), str(row[1])
 
 
+def evaluated_run(ws: Path, epoch: int) -> str:
+    """The validation run an epoch's report must name, from the run log and the store alone
+    (SPEC 5.6 step 8): R2 when it ran and was kept; R when R2 did not run or regressed with
+    changed prompts (then the prompts were reverted, a version whose reason says so)."""
+    with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
+        ids = {r[0] for r in con.execute("SELECT run_id FROM runs").fetchall()}
+    r, r2 = f"train_e{epoch}_R", f"train_e{epoch}_R2"
+    assert r in ids, r
+    reverted = any(
+        str(meta(ws, "prompts", v).get("reason", "")).startswith(f"R2 regressed e{epoch} ")
+        for v in versions(ws, "prompts")
+    )
+    return r2 if r2 in ids and not reverted else r
+
+
+def run_accuracy(ws: Path, run_id: str) -> tuple[float, dict[str, tuple[float, int]]]:
+    """(accuracy, task type → (accuracy, n)) of a run, infra failures left out."""
+    with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
+        rows = con.execute(
+            "SELECT task_type, avg(CAST(correct AS INTEGER)), count(*) FROM predictions "
+            "WHERE run_id = ? AND correct IS NOT NULL GROUP BY task_type",
+            [run_id],
+        ).fetchall()
+        (acc,) = con.execute(
+            "SELECT avg(CAST(correct AS INTEGER)) FROM predictions "
+            "WHERE run_id = ? AND correct IS NOT NULL",
+            [run_id],
+        ).fetchone() or (None,)
+    assert acc is not None, run_id
+    return float(acc), {str(t): (float(a), int(n)) for t, a, n in rows}
+
+
 def meta(ws: Path, store: str, version: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(
         (ws / "store" / store / version / "_meta.json").read_text(encoding="utf-8")
@@ -188,8 +220,21 @@ def test_every_epoch_eval_row_names_exactly_the_evaluated_version(trained: Train
     with dg.DagsterInstance.from_config(str(trained.home)) as instance:
         for e in ("e0", "e1", "e2"):
             md = latest(instance, key(exp, "epoch_eval"), e).metadata
-            skills, prompts = run_versions(ws, str(md["val_run_id"].value))
+            want_run = evaluated_run(ws, int(e[1:]))
+            assert md["val_run_id"].value == want_run
+            skills, prompts = run_versions(ws, want_run)
             assert md["skills_version"].value == skills
+            assert md["prompts_version"].value == prompts
+            acc, per_type = run_accuracy(ws, want_run)
+            assert abs(md["val_accuracy"].value - acc) < 1e-9
+            shown = {
+                r.data["task_type"]: (r.data["accuracy"], r.data["n"])
+                for r in md["per_task_type"].value.records
+                if r.data["task_type"] != "(prompts)"
+            }
+            assert set(shown) == set(per_type)
+            for t, (a, n) in per_type.items():
+                assert shown[t][1] == n and abs(shown[t][0] - a) < 1e-9, t
             files = meta(ws, "skills", skills)["files"]
             for row in (r.data for r in md["per_task_type"].value.records):
                 if row["task_type"] == "(prompts)":
