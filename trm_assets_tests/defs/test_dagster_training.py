@@ -33,6 +33,7 @@ from trm_assets.defs.sensors import UNIT_TAG
 from trm_assets.domain.question import skill_file_name
 from trm_assets.harness.reports.lineage import epoch_summary
 from trm_assets.harness.storage.workspace import read_manifest
+from trm_assets_tests.truth import evaluated_run, run_accuracy
 
 from .conftest import Trained, copy_experiment, new_home, new_workspace
 
@@ -48,38 +49,6 @@ def run_versions(ws: Path, run_id: str) -> tuple[str, str]:
         ).fetchone()
     assert row is not None, run_id
     return str(row[0]), str(row[1])
-
-
-def evaluated_run(ws: Path, epoch: int) -> str:
-    """The validation run an epoch's report must name, from the run log and the store alone
-    (SPEC 5.6 step 8): R2 when it ran and was kept; R when R2 did not run or regressed with
-    changed prompts (then the prompts were reverted, a version whose reason says so)."""
-    with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
-        ids = {r[0] for r in con.execute("SELECT run_id FROM runs").fetchall()}
-    r, r2 = f"train_e{epoch}_R", f"train_e{epoch}_R2"
-    assert r in ids, r
-    reverted = any(
-        str(meta(ws, "prompts", v).get("reason", "")).startswith(f"R2 regressed e{epoch} ")
-        for v in versions(ws, "prompts")
-    )
-    return r2 if r2 in ids and not reverted else r
-
-
-def run_accuracy(ws: Path, run_id: str) -> tuple[float, dict[str, tuple[float, int]]]:
-    """(accuracy, task type → (accuracy, n)) of a run, infra failures left out."""
-    with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
-        rows = con.execute(
-            "SELECT task_type, avg(CAST(correct AS INTEGER)), count(*) FROM predictions "
-            "WHERE run_id = ? AND correct IS NOT NULL GROUP BY task_type",
-            [run_id],
-        ).fetchall()
-        (acc,) = con.execute(
-            "SELECT avg(CAST(correct AS INTEGER)) FROM predictions "
-            "WHERE run_id = ? AND correct IS NOT NULL",
-            [run_id],
-        ).fetchone() or (None,)
-    assert acc is not None, run_id
-    return float(acc), {str(t): (float(a), int(n)) for t, a, n in rows}
 
 
 def meta(ws: Path, store: str, version: str) -> dict[str, Any]:

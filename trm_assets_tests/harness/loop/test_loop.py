@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import duckdb
 import pytest
 from click.testing import CliRunner
 
@@ -122,6 +123,7 @@ from trm_assets_tests.harness.loop.conftest import (
     run_to_end,
     tiny_config,
 )
+from trm_assets_tests.truth import best_run, evaluated_run, run_accuracy
 
 # ------------------------------------------------------------------------------------------------
 # planner
@@ -240,6 +242,7 @@ def test_ladder_refresh_uses_exactly_three_sources(tiny_run: tuple[Path, list[Pa
         assert "train_e1_R2" not in ladder_sources(ctx, 1, r2_kept=False)
         best = read_manifest(ws).best
         assert best is not None and "_test_" not in str(best.run_id)  # test never decides
+    assert best.run_id == best_run(ws, 2)  # the argmax of the kept validation runs
 
 
 # ------------------------------------------------------------------------------------------------
@@ -708,4 +711,15 @@ def test_smoke_cli_two_epochs_raise_expected_acc(tmp_path: Path) -> None:
     assert report["best"]["val_expected_accuracy"] > report["seed"]["val_expected_accuracy"]
     smoke = load_config(SMOKE_CONFIG, environ={}, dotenv_path=None)
     assert read_manifest(ws).current.skills == report["best"]["skills_version"]  # delivered
+    # the numbers, recomputed from the run log and the store (not through report_data)
+    wsp = Path(ws)
+    assert report["seed"]["val_accuracy"] == pytest.approx(run_accuracy(wsp, "train_init")[0])
+    for e in report["epochs"]:
+        kept = evaluated_run(wsp, e["epoch"])
+        assert e["val_accuracy"] == pytest.approx(run_accuracy(wsp, kept)[0]), e
+    best = best_run(wsp, len(report["epochs"]))
+    assert report["best"]["val_accuracy"] == pytest.approx(run_accuracy(wsp, best)[0])
+    with duckdb.connect(str(wsp / "runs.duckdb"), read_only=True) as con:
+        row = con.execute("SELECT skills_version FROM runs WHERE run_id = ?", [best]).fetchone()
+    assert row is not None and report["best"]["skills_version"] == row[0]
     assert smoke.epochs == 2
