@@ -183,6 +183,48 @@ def test_every_version_the_loop_created_is_recorded_by_the_run_that_created_it(
         )
 
 
+def test_epoch_eval_gates_equal_the_store_and_the_evidence(trained: Trained) -> None:
+    """The gates table and the accept/reject counts of every epoch_eval, against the versions
+    each accept wrote (their reason names epoch, step, file and verdict) and the wins/losses of
+    each gate's question rows (sign +1 / −1) in gate_evidence."""
+    exp, ws = trained.lineage, trained.workspace
+    accepts_in_store: dict[int, set[tuple[int, str, str, str]]] = {}
+    for v in versions(ws, "skills"):
+        reason = str(meta(ws, "skills", v).get("reason", ""))
+        if reason.startswith("accept e"):  # "accept e0 s1 ocr-problems.md (ACCEPT)"
+            e, st, file, verdict = reason.split()[1:5]
+            accepts_in_store.setdefault(int(e[1:]), set()).add(
+                (int(st[1:]), file, v, verdict.strip("()"))
+            )
+    with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
+        signs = {
+            g: (int(w), int(los))
+            for g, w, los in con.execute(
+                "SELECT gate_run_id, count(*) FILTER (WHERE sign = 1), "
+                "count(*) FILTER (WHERE sign = -1) FROM gate_evidence "
+                "WHERE row_kind = 'question' GROUP BY gate_run_id"
+            ).fetchall()
+        }
+    seen_accepts = 0
+    with dg.DagsterInstance.from_config(str(trained.home)) as instance:
+        for e in range(3):
+            md = latest(instance, key(exp, "epoch_eval"), f"e{e}").metadata
+            gates = [r.data for r in md["gates"].value.records]
+            accepted = {
+                (g["step"], g["skill_file"], g["new_skills_version"], g["verdict"])
+                for g in gates
+                if g["action"] == "accept"
+            }
+            assert accepted == accepts_in_store.get(e, set()), e
+            assert md["accepted"].value == len(accepted)
+            assert md["rejected"].value == sum(1 for g in gates if g["action"] == "reject")
+            for g in gates:
+                gate_id = f"train_e{e}_s{g['step']}_gate_{g['skill_file'][: -len('.md')]}"
+                assert (g["wins"], g["losses"]) == signs.get(gate_id, (0, 0)), (e, g)
+            seen_accepts += len(accepted)
+    assert seen_accepts > 0
+
+
 def test_every_epoch_eval_row_names_exactly_the_evaluated_version(trained: Trained) -> None:
     exp, ws = trained.lineage, trained.workspace
     stale = 0
