@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
@@ -34,8 +35,15 @@ from trm_assets_tests.reliability.conftest import (
 from trm_bench.reliability import dagster_args
 
 
-def _kill_inside_a_dagster_run(ws: Path, home: Path) -> None:
-    home.mkdir()
+def _started(home: Path) -> list[dg.DagsterRun]:
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        return list(
+            instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+        )
+
+
+def _kill_inside_a_dagster_run(ws: Path, home: Path, ready: Callable[[], bool]) -> None:
+    home.mkdir(exist_ok=True)
     proc = subprocess.Popen(
         dagster_args(ws, SMOKE_CONFIG, TINY),
         cwd=REPO,
@@ -47,7 +55,7 @@ def _kill_inside_a_dagster_run(ws: Path, home: Path) -> None:
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            if (ws / "state.json").exists():  # init done, step (0, 0) in its Dagster run
+            if ready():
                 break
             time.sleep(0.05)
         assert proc.poll() is None, "the driver finished before it could be killed"
@@ -60,7 +68,8 @@ def test_sensor_recovers_after_a_killed_dagster_unit(tmp_path: Path) -> None:
     cfg = tiny_config()
     ws = new_workspace(tmp_path / "ws", cfg)
     home = tmp_path / "dagster_home"
-    _kill_inside_a_dagster_run(ws, home)
+    # killed once init is done, inside step (0, 0)'s Dagster run
+    _kill_inside_a_dagster_run(ws, home, lambda: (ws / "state.json").exists())
     trm = TrmResource(workspace=str(ws), config_path=str(SMOKE_CONFIG), overrides=list(TINY))
     built = build_experiment(trm)
     first_step = unit_key(Action("step", epoch=0, step=0))  # init runs inside its run
@@ -78,3 +87,15 @@ def test_sensor_recovers_after_a_killed_dagster_unit(tmp_path: Path) -> None:
         (req,) = result.run_requests or []
         assert req.tags[UNIT_TAG] == first_step and req.job_name == built.jobs.gate_step.name
         assert req.partition_key == epoch_step_key(0, 0)
+    # the relaunched run of the same unit is lost too: a second loss in a row needs a human
+    _kill_inside_a_dagster_run(ws, home, lambda: len(_started(home)) == 1)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        (again,) = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+        assert again.run_id != lost.run_id and again.tags[UNIT_TAG] == first_step
+        with dg.build_sensor_context(instance=instance) as ctx:
+            second = built.sensor(ctx)
+        assert isinstance(second, dg.SkipReason), second
+        assert again.run_id in (second.skip_message or "")
+        after = instance.get_run_by_id(again.run_id)
+        assert after is not None and after.status == dg.DagsterRunStatus.FAILURE
+        assert after.tags[LOST_TAG] == "true"
