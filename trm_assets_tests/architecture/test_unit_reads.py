@@ -19,7 +19,11 @@ from trm_assets.harness.loop.context import loop_context
 from trm_assets.harness.loop.runner import current_action, run_action
 from trm_assets.harness.storage import checkpoint, workspace
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.tiny import new_workspace, tiny_config
+from trm_assets_tests.tiny import (  # noqa: F401 - _repo_cwd: autouse, paths are repo-relative
+    _repo_cwd,
+    new_workspace,
+    tiny_config,
+)
 
 WATCHED = ("state.json", "manifest.json")
 
@@ -39,12 +43,12 @@ def test_one_read_of_state_and_manifest_per_step(tmp_path: Path, monkeypatch: An
                 counts[os.path.basename(str(file))] += 1
             return real(file, *a, **k)
 
-        monkeypatch.setattr(builtins, "open", counting)
-        monkeypatch.setattr(io, "open", counting)
-        action = current_action(ctx)
-        assert action.kind == "step"
-        run_action(ctx, action)
-        monkeypatch.undo()
+        with monkeypatch.context() as mp:  # undoes only these patches (not the repository cwd)
+            mp.setattr(builtins, "open", counting)
+            mp.setattr(io, "open", counting)
+            action = current_action(ctx)
+            assert action.kind == "step"
+            run_action(ctx, action)
     assert counts["state.json"] == 1, counts
     assert counts["manifest.json"] == 1, counts
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:

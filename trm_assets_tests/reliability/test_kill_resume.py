@@ -106,10 +106,13 @@ def test_kill_between_two_holdout_evaluations_resumes_identically(
         calls.append(f"{skills}/{prompts}")
         return real(ctx, state, scope, skills, prompts)
 
-    monkeypatch.setattr(slow_update, "holdout_accuracy", first_then_die)
-    with pytest.raises(_Killed), loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
-        train(ctx)
-    monkeypatch.undo()
+    with monkeypatch.context() as mp:  # undoes only this patch (not the repository cwd)
+        mp.setattr(slow_update, "holdout_accuracy", first_then_die)
+        with (
+            pytest.raises(_Killed),
+            loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx,
+        ):
+            train(ctx)
     assert calls  # killed inside function 9, after one held-out run was recorded
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         train(ctx)

@@ -587,35 +587,35 @@ def test_kill_mid_unit_and_resume_is_identical(
     reference = digest(tiny_run[0])
     cfg = tiny_config()
     ws = new_workspace(tmp_path / "ws", cfg)
-    if where == "after_accept":  # the accept's version and manifest exist, no checkpoint yet
-        real_accept = step.apply_accept
+    with monkeypatch.context() as mp:  # undoes only these patches (not the repository cwd)
+        if where == "after_accept":  # the accept's version and manifest exist, no checkpoint yet
+            real_accept = step.apply_accept
 
-        def accept_then_die(*a: Any, **k: Any) -> str:
-            real_accept(*a, **k)
-            raise _Killed
-
-        monkeypatch.setattr(step, "apply_accept", accept_then_die)
-    elif where == "mid_gate":  # baseline cache written, candidate block not yet run
-        real_pair = validate_mod.pair_block
-
-        def pair_then_die(*a: Any, **k: Any) -> Any:
-            real_pair(*a, **k)
-            raise _Killed
-
-        monkeypatch.setattr(validate_mod, "pair_block", pair_then_die)
-    else:  # the momentum version exists, the slow step's checkpoint does not
-        real_commit = session.UnitSession.commit
-
-        def commit_or_die(s: session.UnitSession) -> None:
-            momentum = s.state.slow.momentum
-            if s.action.slow_step == 6 and momentum is not None and momentum.new_version:
+            def accept_then_die(*a: Any, **k: Any) -> str:
+                real_accept(*a, **k)
                 raise _Killed
-            real_commit(s)
 
-        monkeypatch.setattr(session.UnitSession, "commit", commit_or_die)
-    with pytest.raises(_Killed):
-        run_to_end(ws, cfg)
-    monkeypatch.undo()
+            mp.setattr(step, "apply_accept", accept_then_die)
+        elif where == "mid_gate":  # baseline cache written, candidate block not yet run
+            real_pair = validate_mod.pair_block
+
+            def pair_then_die(*a: Any, **k: Any) -> Any:
+                real_pair(*a, **k)
+                raise _Killed
+
+            mp.setattr(validate_mod, "pair_block", pair_then_die)
+        else:  # the momentum version exists, the slow step's checkpoint does not
+            real_commit = session.UnitSession.commit
+
+            def commit_or_die(s: session.UnitSession) -> None:
+                momentum = s.state.slow.momentum
+                if s.action.slow_step == 6 and momentum is not None and momentum.new_version:
+                    raise _Killed
+                real_commit(s)
+
+            mp.setattr(session.UnitSession, "commit", commit_or_die)
+        with pytest.raises(_Killed):
+            run_to_end(ws, cfg)
     run_to_end(ws, cfg)
     assert digest(ws) == reference
 
