@@ -11,6 +11,7 @@ import pytest
 from trm_assets.agent.messages import load_agent_prompts
 from trm_assets.agent.tools import Toolbox
 from trm_assets.agent.tree import load_trees
+from trm_assets.domain.question import skill_file_name
 from trm_assets.evolution.diagnosis import load_diagnose_prompts, run_diagnosis
 from trm_assets.evolution.evolve import evolve_single_skill, load_evolve_prompts
 from trm_assets.harness.data.questions import load_questions
@@ -79,8 +80,25 @@ def test_diagnose_evolve_version_promote(tmp_path: Path, monkeypatch: pytest.Mon
                 concurrency=2,
             )
         )
-        assert result.n_failed > 0 and result.skill_packs
-        assert all("step" in c.trace_summary for p in result.skill_packs.values() for c in p.cases)
+        # the failures are the run's task failures (infra ones say nothing about the text),
+        # one case per question, each in its task type's pack
+        preds = log.predictions("base_e0_s0")
+        failed = {
+            str(r["question_id"])
+            for r in preds
+            if r["correct"] is False and r["failure_kind"] != "infra"
+        }
+        assert result.n_failed == len(failed) > 0 and result.skill_packs
+        cases = [c for p in result.skill_packs.values() for c in p.cases]
+        others = [
+            *result.system_pack.cases,
+            *(c for p in result.tool_packs.values() for c in p.cases),
+        ]
+        ids = [c.question_id for c in (*cases, *others)]
+        assert sorted(ids) == sorted(failed)  # every failure in exactly one pack
+        for p in result.skill_packs.values():
+            assert {skill_file_name(c.task_type) for c in p.cases} == {p.skill_file}
+        assert all("step" in c.trace_summary for c in cases)
         name, pack = next(iter(result.skill_packs.items()))
         rec = asyncio.run(
             evolve_single_skill(
