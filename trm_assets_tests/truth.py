@@ -19,24 +19,37 @@ def _prompt_reasons(ws: Path) -> list[str]:
     ]
 
 
-def _run_ids(ws: Path) -> list[str]:
+def _prompts_versions(ws: Path) -> dict[str, str]:
     with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
-        return [r[0] for r in con.execute("SELECT run_id FROM runs").fetchall()]
+        rows = con.execute("SELECT run_id, prompts_version FROM runs").fetchall()
+    return {str(r[0]): str(r[1]) for r in rows}
 
 
 def evaluated_run(ws: Path, epoch: int, base: str = "train") -> str:
     """The validation run an epoch's report must name (SPEC 5.6 step 8): R2 when it ran and was
-    kept; R when R2 did not run, or regressed with changed prompts (the prompts were then
-    reverted, by a version whose reason says so)."""
-    ids = set(_run_ids(ws))
+    kept; R when R2 did not run, or when it read other prompts than R and scored lower (the
+    prompts are then reverted). Decided from the runs' versions and predictions; the store must
+    hold a revert version exactly when R2 was reverted."""
+    prompts = _prompts_versions(ws)
     r, r2 = f"{base}_e{epoch}_R", f"{base}_e{epoch}_R2"
-    assert r in ids, r
-    reverted = any(x.startswith(f"R2 regressed e{epoch} ") for x in _prompt_reasons(ws))
-    return r2 if r2 in ids and not reverted else r
+    assert r in prompts, r
+    reverted = False
+    if r2 in prompts:
+        acc_r, acc_r2 = run_accuracy(ws, r)[0], run_accuracy(ws, r2)[0]
+        reverted = (
+            prompts[r2] != prompts[r]
+            and acc_r is not None
+            and acc_r2 is not None
+            and acc_r2 < acc_r
+        )
+    recorded = any(x.startswith(f"R2 regressed e{epoch} ") for x in _prompt_reasons(ws))
+    assert recorded == reverted, (epoch, recorded, reverted)
+    return r2 if r2 in prompts and not reverted else r
 
 
-def run_accuracy(ws: Path, run_id: str) -> tuple[float, dict[str, tuple[float, int]]]:
-    """(accuracy, task type → (accuracy, n)) of a run, infra failures left out."""
+def run_accuracy(ws: Path, run_id: str) -> tuple[float | None, dict[str, tuple[float, int]]]:
+    """(accuracy, task type → (accuracy, n)) of a run, infra failures left out (None: no
+    scored rollout)."""
     with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
         rows = con.execute(
             "SELECT task_type, avg(CAST(correct AS INTEGER)), count(*) FROM predictions "
@@ -48,13 +61,14 @@ def run_accuracy(ws: Path, run_id: str) -> tuple[float, dict[str, tuple[float, i
             "WHERE run_id = ? AND correct IS NOT NULL",
             [run_id],
         ).fetchone() or (None,)
-    assert acc is not None, run_id
-    return float(acc), {str(t): (float(a), int(n)) for t, a, n in rows}
+    per_type = {str(t): (float(a), int(n)) for t, a, n in rows}
+    return (None if acc is None else float(acc)), per_type
 
 
 def best_run(ws: Path, epochs: int, base: str = "train") -> str:
     """Best = the first of the seed evaluation and the epochs' kept validation runs, in order,
-    with the highest accuracy (a later run replaces it only when strictly better)."""
+    with the highest accuracy: a later run replaces it only when strictly better, and a run
+    without an accuracy never does (a best without one is replaced by any that has one)."""
     runs = [f"{base}_init"]
     for e in range(epochs):
         runs.append(f"{base}_e{e}_R")
@@ -64,6 +78,6 @@ def best_run(ws: Path, epochs: int, base: str = "train") -> str:
     best, best_acc = runs[0], run_accuracy(ws, runs[0])[0]
     for r in runs[1:]:
         acc = run_accuracy(ws, r)[0]
-        if acc > best_acc:
+        if acc is not None and (best_acc is None or acc > best_acc):
             best, best_acc = r, acc
     return best

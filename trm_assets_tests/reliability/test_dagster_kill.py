@@ -19,6 +19,7 @@ from pathlib import Path
 import dagster as dg
 
 from trm_assets.defs.build import build_experiment
+from trm_assets.defs.ops import planned_action
 from trm_assets.defs.partitions import epoch_step_key
 from trm_assets.defs.resources import TrmResource
 from trm_assets.defs.sensors import LOST_TAG, UNIT_TAG
@@ -88,7 +89,11 @@ def test_sensor_recovers_after_a_killed_dagster_unit(tmp_path: Path) -> None:
         assert req.tags[UNIT_TAG] == first_step and req.job_name == built.jobs.gate_step.name
         assert req.partition_key == epoch_step_key(0, 0)
     # the relaunched run of the same unit is lost too: a second loss in a row needs a human
-    _kill_inside_a_dagster_run(ws, home, lambda: len(_started(home)) == 1)
+    _kill_inside_a_dagster_run(
+        ws, home, lambda: [r.tags.get(UNIT_TAG) for r in _started(home)] == [first_step]
+    )
+    # killed inside that unit's run, before its checkpoint: the plan still names it
+    assert planned_action(built.scope.experiment) == Action("step", epoch=0, step=0)
     with dg.DagsterInstance.from_config(str(home)) as instance:
         (again,) = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
         assert again.run_id != lost.run_id and again.tags[UNIT_TAG] == first_step
