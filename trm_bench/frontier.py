@@ -25,7 +25,7 @@ from typing import Any
 
 import click
 
-TRUTHS = ("helpful", "neutral", "harmful")
+from trm_bench.optimizer_run import TRUTHS
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from trm_bench.optimizer_run import (
     AA_NOOP,
     DEFAULT_CONFIG,
     NOOP_TOLERANCE,
+    TRUTHS,
     RunSpec,
     execute_dict,
     resolve_config,
@@ -136,11 +137,10 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for r in runs
     ]
     gates = [g for r in runs for g in r["gates"]]
-    classes = ("helpful", "neutral", "harmful")
     accepted = {
-        c: sum(1 for g in gates if g["action"] == "accept" and g["truth"] == c) for c in classes
+        c: sum(1 for g in gates if g["action"] == "accept" and g["truth"] == c) for c in TRUTHS
     }
-    gated = {c: sum(1 for g in gates if g["decided"] and g["truth"] == c) for c in classes}
+    gated = {c: sum(1 for g in gates if g["decided"] and g["truth"] == c) for c in TRUTHS}
     # accept_all decides without rollouts; its accepts are "decided" too
     accept_rate = {
         c: _r(
@@ -149,7 +149,7 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         )
         if gated[c]
         else None
-        for c in classes
+        for c in TRUTHS
     }
     n_epochs = max((len(r["harmful_surviving_by_epoch"]) for r in runs), default=0)
     by_epoch = [

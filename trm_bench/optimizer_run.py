@@ -257,6 +257,9 @@ class Oracle:
         )
 
 
+TRUTHS = ("helpful", "neutral", "harmful")  # the ground-truth classes of a proposal
+
+
 def classify(delta: float) -> str:
     if delta > NEUTRAL_THRESHOLD:
         return "helpful"
