@@ -25,6 +25,16 @@ def _prompts_versions(ws: Path) -> dict[str, str]:
     return {str(r[0]): str(r[1]) for r in rows}
 
 
+def run_versions(ws: Path, run_id: str) -> tuple[str, str]:
+    """(skills version, prompts version) a run recorded."""
+    with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
+        row = con.execute(
+            "SELECT skills_version, prompts_version FROM runs WHERE run_id = ?", [run_id]
+        ).fetchone()
+    assert row is not None, run_id
+    return str(row[0]), str(row[1])
+
+
 def evaluated_run(ws: Path, epoch: int, base: str = "train") -> str:
     """The validation run an epoch's report must name (SPEC 5.6 step 8): R2 when it ran and was
     kept; R when R2 did not run, or when it read other prompts than R and scored lower (the

@@ -10,11 +10,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from trm_assets_tests.tiny import SMOKE_CONFIG
 from trm_bench.frontier import cli, frontier
 from trm_bench.optimizer_run import RunSpec, execute
-
-REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "data" / "configs" / "smoke.yaml"
 
 
 def gate(truth: str, wins: int, losses: int, delta: float, decided: bool = True) -> dict[str, Any]:
@@ -91,7 +89,7 @@ def test_recorded_evidence_is_the_point_rules(tmp_path: Path) -> None:
     """full_val_point accepts exactly when W > L: the recorded wins/losses are its evidence, and
     the frontier's k = 1 row counts exactly its accepted proposals."""
     tiny = ("epochs=1", "steps_per_epoch=2", "concurrency=4")
-    run = execute(RunSpec("full_val_point", 0, 400, str(SMOKE), tiny)).to_dict()
+    run = execute(RunSpec("full_val_point", 0, 400, str(SMOKE_CONFIG), tiny)).to_dict()
     decided = [g for g in run["gates"] if g["decided"]]
     assert decided, "the run gated nothing"
     assert any(g["wins"] + g["losses"] > 0 for g in decided)

@@ -33,22 +33,13 @@ from trm_assets.defs.sensors import UNIT_TAG
 from trm_assets.domain.question import skill_file_name
 from trm_assets.harness.reports.lineage import epoch_summary
 from trm_assets.harness.storage.workspace import read_manifest
-from trm_assets_tests.truth import evaluated_run, run_accuracy
+from trm_assets_tests.truth import evaluated_run, run_accuracy, run_versions
 
 from .conftest import Trained, copy_experiment, new_home, new_workspace
 
 SUCCEEDED = AssetCheckExecutionRecordStatus.SUCCEEDED
 
 # -- independent truth ---------------------------------------------------------------------------
-
-
-def run_versions(ws: Path, run_id: str) -> tuple[str, str]:
-    with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
-        row = con.execute(
-            "SELECT skills_version, prompts_version FROM runs WHERE run_id = ?", [run_id]
-        ).fetchone()
-    assert row is not None, run_id
-    return str(row[0]), str(row[1])
 
 
 def meta(ws: Path, store: str, version: str) -> dict[str, Any]:

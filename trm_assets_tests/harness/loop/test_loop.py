@@ -67,7 +67,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import duckdb
 import pytest
 from click.testing import CliRunner
 
@@ -123,7 +122,7 @@ from trm_assets_tests.harness.loop.conftest import (
     run_to_end,
     tiny_config,
 )
-from trm_assets_tests.truth import best_run, evaluated_run, run_accuracy
+from trm_assets_tests.truth import best_run, evaluated_run, run_accuracy, run_versions
 
 # ------------------------------------------------------------------------------------------------
 # planner
@@ -719,7 +718,5 @@ def test_smoke_cli_two_epochs_raise_expected_acc(tmp_path: Path) -> None:
         assert e["val_accuracy"] == pytest.approx(run_accuracy(wsp, kept)[0]), e
     best = best_run(wsp, len(report["epochs"]))
     assert report["best"]["val_accuracy"] == pytest.approx(run_accuracy(wsp, best)[0])
-    with duckdb.connect(str(wsp / "runs.duckdb"), read_only=True) as con:
-        row = con.execute("SELECT skills_version FROM runs WHERE run_id = ?", [best]).fetchone()
-    assert row is not None and report["best"]["skills_version"] == row[0]
+    assert report["best"]["skills_version"] == run_versions(wsp, best)[0]
     assert smoke.epochs == 2
