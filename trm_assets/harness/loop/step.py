@@ -385,11 +385,11 @@ def _prefetch_evolutions(
     (GATE §6.4) — or two task types share a skill file — nothing is started and every call is
     made in turn, as before."""
     files = [skill_file_name(t) for t in task_types]
+    if len(set(files)) != len(files):
+        return {}
     todo = [
         f for t, f in zip(task_types, files, strict=True) if _skipped(ctx, state, t, packs) is None
     ]
-    if len(set(files)) != len(files):
-        return {}
     if state.gates_total + len(todo) > _run_error_params(ctx).max_gates:
         return {}
     return {
