@@ -42,6 +42,7 @@ from trm_assets.harness.loop.runner import current_action, run_action
 from trm_assets.harness.loop.slow_update import holdout_run_id
 from trm_assets.harness.loop.step import evaluate
 from trm_assets.harness.storage.checkpoint import TrainState, load_state
+from trm_assets.harness.storage.records import REPORT_PHASES, training_rollouts
 from trm_assets.harness.storage.runlog import RunLogReader
 from trm_assets.harness.storage.workspace import read_manifest
 from trm_assets.llm.factory import SimOracle, build_providers
@@ -57,7 +58,6 @@ DEFAULT_CONFIG: Final = REPO / "data" / "configs" / "default.yaml"
 # neutral edit's Δ is exactly 0 (float noise only).
 NEUTRAL_THRESHOLD: Final = 0.001
 NOOP_TOLERANCE: Final = 1e-12
-REPORT_PHASES: Final = frozenset({"holdout"})  # ledger phases that are reporting, not training
 MAX_EPOCHS: Final = 200  # the budget, not the epoch count, ends a benchmark run
 _PATH_KEYS: Final = ("questions", "trees", "ground_truth")
 # The A/A audit's proposer: only neutral (no-op) edits, so every accept is a false accept.
@@ -168,6 +168,8 @@ def resolve_config(spec: RunSpec) -> RunConfig:
         *paths,
         f"epochs={MAX_EPOCHS}",
         f"patience={MAX_EPOCHS}",
+        # the loop plans within the budget itself: its last epoch ends early with a slow update
+        f"rollout_budget={spec.budget}",
         *spec.overrides,
         f"gate_policy={spec.policy}",
         f"seed={spec.seed}",
@@ -178,14 +180,13 @@ def resolve_config(spec: RunSpec) -> RunConfig:
 
 def training_usage(state: TrainState) -> tuple[int, int]:
     """(rollouts, tokens) of the ledger, without the reporting phases."""
-    rollouts = tokens = 0
-    for phases in state.budget.values():
-        for phase, row in phases.items():
-            if phase in REPORT_PHASES:
-                continue
-            rollouts += row["rollouts"]
-            tokens += row["prompt_tokens"] + row["completion_tokens"]
-    return rollouts, tokens
+    tokens = sum(
+        row["prompt_tokens"] + row["completion_tokens"]
+        for phases in state.budget.values()
+        for phase, row in phases.items()
+        if phase not in REPORT_PHASES
+    )
+    return training_rollouts(state.budget), tokens
 
 
 # ------------------------------------------------------------------------------------------------

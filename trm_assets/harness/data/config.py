@@ -79,6 +79,15 @@ class RunConfig(BaseModel):
 
     # --- loop -----------------------------------------------------------------------------------
     epochs: int = _field(3, ">= 1", ge=1)
+    rollout_budget: int | None = _field(
+        None,
+        ">= 1, or null (no budget: the run ends after `epochs`). Training rollouts the run may "
+        "spend (every rollout but the test-pool reports): before each step the planner checks "
+        "that the largest step of the epoch so far plus a slow update still fit; if not, the "
+        "epoch ends early with its slow update (or the run finalizes if the epoch has no step "
+        "yet), so the last rollouts spent are always evaluated and deliverable",
+        ge=1,
+    )
     steps_per_epoch: int = _field(4, "1..10000", ge=1, le=10000)
     patience: int = _field(2, ">= 1", ge=1)
     batch_size: int = _field(24, ">= 2", ge=2)

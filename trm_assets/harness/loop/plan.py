@@ -7,7 +7,11 @@ The loop is a sequence of *units of work*, each ending with a checkpoint:
 final test evaluation) → ``done``.
 
 After the slow update of an epoch in which early stop fired, the next unit is ``finalize`` with
-reason ``early_stopped``; ``done`` carries the same reason. :func:`next_action` reads only the
+reason ``early_stopped``; ``done`` carries the same reason. Under a ``rollout_budget`` the planner
+ends an epoch early when its next step might not leave room for the slow update
+(:func:`budget_exhausted`): the remaining steps are skipped and the slow update runs, so what the
+last steps accepted is evaluated, settled and deliverable; the run then finalizes with reason
+``budget`` (at once, if the epoch has no step yet). :func:`next_action` reads only the
 :class:`Progress` summary of the persisted state, so a restarted process (or a sensor tick)
 computes the same next unit as an uninterrupted run; :func:`advance` is its inverse, the progress
 a unit's commit records.
@@ -18,12 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from trm_assets.harness.storage.records import training_rollouts
+
 if TYPE_CHECKING:
     from trm_assets.harness.data.config import RunConfig
     from trm_assets.harness.storage.checkpoint import TrainState
 
 ActionKind = Literal["init", "step", "slow_update", "finalize", "done"]
-StopReason = Literal["", "completed", "early_stopped"]
+StopReason = Literal["", "completed", "early_stopped", "budget"]
 N_SLOW_STEPS = 10
 
 
@@ -39,6 +45,9 @@ class Progress:
     steps_per_epoch: int
     early_stopped: bool
     finalized: bool
+    # under a rollout budget: the next step might not leave room for the slow update
+    budget_exhausted: bool = False
+    stop_reason: StopReason = ""  # the finalized run's reason (``done`` repeats it)
 
 
 @dataclass(frozen=True)
@@ -64,15 +73,20 @@ class Action:
 def next_action(p: Progress) -> Action:
     """The unit of work an uninterrupted run would execute next (pure)."""
     if p.finalized:
-        return Action("done", reason="early_stopped" if p.early_stopped else "completed")
+        reason: StopReason = p.stop_reason or ("early_stopped" if p.early_stopped else "completed")
+        return Action("done", reason=reason)
     if not p.initialized:
         return Action("init")
-    in_slow = p.next_step >= p.steps_per_epoch and p.slow_done > 0
+    in_slow = p.slow_done > 0  # once begun, an epoch's slow update runs to its end
     if p.early_stopped and not in_slow:
         return Action("finalize", reason="early_stopped")
     if p.epoch >= p.epochs:
         return Action("finalize", reason="completed")
-    if p.next_step < p.steps_per_epoch:
+    if not in_slow and p.budget_exhausted:
+        if p.next_step == 0:  # nothing of this epoch to evaluate
+            return Action("finalize", reason="budget")
+        return Action("slow_update", epoch=p.epoch, slow_step=1)
+    if p.next_step < p.steps_per_epoch and not in_slow:
         return Action("step", epoch=p.epoch, step=p.next_step)
     return Action("slow_update", epoch=p.epoch, slow_step=p.slow_done + 1)
 
@@ -90,7 +104,36 @@ def progress_of(state: TrainState | None, cfg: RunConfig) -> Progress:
         steps_per_epoch=cfg.steps_per_epoch,
         early_stopped=state.early_stopped,
         finalized=state.finalized,
+        budget_exhausted=budget_exhausted(state, cfg),
+        stop_reason=_stop_reason(state),
     )
+
+
+def _stop_reason(state: TrainState) -> StopReason:
+    reason = state.final.reason if state.final is not None else ""
+    return reason if reason in ("completed", "early_stopped", "budget") else ""  # type: ignore[return-value]
+
+
+def slow_update_reserve(state: TrainState, cfg: RunConfig) -> int:
+    """Rollouts the epoch's slow update is expected to cost: R and R2 of the last epoch that ran
+    them (served outcomes at temperature 0 make them cheaper than the pool), else the validation
+    pool twice (R, and R2 when momentum or the prompts changed)."""
+    for epoch in range(state.epoch - 1, -1, -1):
+        phases = state.budget.get(f"e{epoch}", {})
+        if "R" in phases:
+            return sum(phases[k]["rollouts"] for k in ("R", "R2") if k in phases)
+    return 2 * cfg.val_size
+
+
+def budget_exhausted(state: TrainState, cfg: RunConfig) -> bool:
+    """Under ``rollout_budget``: the next step, estimated as the largest step of the run so far
+    (the batch before any), plus the slow update would go past the budget. A pure function of
+    the checkpoint, so a resumed run and the Dagster sensor plan the same units."""
+    if cfg.rollout_budget is None or not state.initialized:
+        return False
+    step = state.epoch_counters.step_rollouts_max or cfg.batch_size
+    spent = training_rollouts(state.budget)
+    return spent + step + slow_update_reserve(state, cfg) > cfg.rollout_budget
 
 
 def advance(state: TrainState, done: Action) -> None:

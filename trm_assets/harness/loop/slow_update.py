@@ -40,6 +40,7 @@ each a unit of work with its own checkpoint.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar, Unpack
@@ -427,37 +428,56 @@ def evolve_system_and_tools(s: UnitSession) -> PromptsEvolution:
 def r2_closed_loop(s: UnitSession) -> R2Outcome:
     """SPEC 5.6 step 8: R2 on (r2_skills_version, new_prompts_version) — never R's versions.
 
-    Runs only when step 6 or 7 made a new version. If the prompts changed and R2's accuracy is
-    below R's, the prompts are reverted (file-level, a new version) and R2 is discarded. Otherwise
-    R2 is kept: its correctness is written back, it becomes the latest evaluation (eval_prev) and
-    the best argmax is taken against R2's version pair."""
+    Runs only when step 6 or 7 made a new version. R2 *regressed* when its accuracy is below R's,
+    or when some task type is verified worse on its own questions (R against R2, paired by
+    question; the probation's harm rule, E⁻ ≥ 1/``probation_alpha_harm``, GATE §7): an ungated
+    change that costs one type a lot barely moves the pooled accuracy. Types whose probation
+    rolled back in step 4 are left out (R ran their old text). For a harmed type whose skill the
+    momentum changed (step 6), that guidance is reverted (file-level, to R's text); if the prompts
+    changed and R2 regressed, the prompts are reverted. After any revert R2 is discarded (it
+    evaluated a pair that is no longer current); otherwise R2 is kept: its correctness is written
+    back, it becomes the latest evaluation (eval_prev) and the best argmax is taken against R2's
+    version pair."""
     ctx, state, epoch = s.ctx, s.state, s.epoch
     r, prompts = _need(state.slow.r, "r"), _need(state.slow.prompts, "prompts")
+    momentum = _need(state.slow.momentum, "momentum")
     paths = ctx.paths
     r2_sv, new_pv = paths.skills_version, paths.prompts_version
     out = R2Outcome(ran=False, kept=False, reverted=False)
     latest = r
-    if _need(state.slow.momentum, "momentum").new_version or prompts.changed:
+    if momentum.new_version or prompts.changed:
         run_id = f"{ctx.base}_e{epoch}_R2"
         res = asyncio.run(
             evaluate(ctx, run_id, r2_sv, new_pv, ctx.pool_questions("validation"), "slow_R2")
         )
         charge_inference(state, f"e{epoch}", "R2", res)
         r2 = RunRef(run_id, r2_sv, new_pv, res.accuracy)
-        out = replace(out, ran=True, r2=r2)
-        regressed = (
+        harmed = _harmed_types(ctx, state, outcomes_by_qid(res))
+        out = replace(out, ran=True, r2=r2, harmed=harmed or None)
+        regressed = bool(harmed) or (
             res.accuracy is not None and r.accuracy is not None and (res.accuracy < r.accuracy)
         )
+        undo = sorted(name for name in momentum.updated if _task_of(ctx, name) in set(harmed))
+        if undo:
+            revert_files(
+                ctx.workspace,
+                "skills",
+                r.skills_version,
+                undo,
+                reason=f"R2 e{epoch}: {', '.join(harmed)} verified worse: revert momentum",
+            )
+            out = replace(out, momentum_reverted=tuple(undo))
         if prompts.changed and regressed:
             meta = revert_files(
                 ctx.workspace,
                 "prompts",
                 prompts.before,
                 list(prompts.changed),
-                reason=f"R2 regressed e{epoch} ({res.accuracy} < {r.accuracy}): revert prompts",
+                reason=f"R2 regressed e{epoch} ({res.accuracy} vs {r.accuracy}, harmed "
+                f"{list(harmed)}): revert prompts",
             )
             out = replace(out, reverted=True, prompts_version=meta.version)
-        else:
+        if not out.reverted and not undo:
             for qid, value in outcomes_by_qid(res).items():
                 state.correctness[qid] = value
             out = replace(out, kept=True, best_replaced=_maybe_best(ctx, r2))
@@ -467,6 +487,36 @@ def r2_closed_loop(s: UnitSession) -> R2Outcome:
     state.baseline_prompts_version = latest.prompts_version
     state.slow = replace(state.slow, r2=out)
     return out
+
+
+def _task_of(ctx: LoopContext, skill_file: str) -> str | None:
+    """The task type whose skill file is ``skill_file`` (None for ``default-strategy.md``)."""
+    return {skill_file_name(t): t for t in ctx.validation_by_type}.get(skill_file)
+
+
+def _harmed_types(
+    ctx: LoopContext, state: TrainState, r2_outcomes: Mapping[str, bool | None]
+) -> tuple[str, ...]:
+    """Task types R2 is verified worse on than R (paired by question, one draw each; the
+    probation's harm rule), except types whose probation rolled back (R ran another text)."""
+    r_outcomes = _need(state.slow.r_outcomes, "r_outcomes")
+    settled = state.slow.probations or {}
+    rolled = {_task_of(ctx, name) for name, p in settled.items() if p.verdict == "ROLLBACK"}
+    params = ctx.probation_params()
+    out = []
+    for task_type, qids in sorted(ctx.validation_by_type.items()):
+        if task_type in rolled:
+            continue
+        res = probation_verdict(
+            {q: r_outcomes.get(q) for q in qids},
+            {q: r2_outcomes.get(q) for q in qids},
+            params=params,
+        )
+        if res.verdict is ProbationVerdict.ROLLBACK and res.log_e_harm >= math.log(
+            1.0 / params.alpha_harm
+        ):
+            out.append(task_type)
+    return tuple(out)
 
 
 # 9 ----------------------------------------------------------------------------------------------

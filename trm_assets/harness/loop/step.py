@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trm_assets.domain.batching import make_batches
@@ -62,7 +62,12 @@ from trm_assets.harness.loop.session import UnitSession
 from trm_assets.harness.storage.checkpoint import Probation, TrainState
 from trm_assets.harness.storage.ladder_store import load_or_new_ladder, save_ladder
 from trm_assets.harness.storage.observation import write_rows
-from trm_assets.harness.storage.records import EpochCounters, SeedEval, SlowRecords
+from trm_assets.harness.storage.records import (
+    EpochCounters,
+    SeedEval,
+    SlowRecords,
+    training_rollouts,
+)
 from trm_assets.harness.storage.runlog import RunLogReader
 from trm_assets.harness.storage.workspace import (
     advance_current,
@@ -234,7 +239,8 @@ def begin_epoch(ctx: LoopContext, state: TrainState, epoch: int) -> None:
     state.changed_task_types_this_epoch = []
     state.system_packs = type(state.system_packs)()
     state.tool_packs = {}
-    state.epoch_counters = EpochCounters()
+    # the largest step of the run so far stays: the budget planner's estimate of a next step
+    state.epoch_counters = EpochCounters(step_rollouts_max=state.epoch_counters.step_rollouts_max)
     state.slow = SlowRecords()
 
 
@@ -248,7 +254,12 @@ def run_step(s: UnitSession) -> StepResult:
     _check_ladder(ctx)  # a corrupt ladder fails before any rollout is recorded
     if state.epoch_started < epoch:
         begin_epoch(ctx, state, epoch)
+    spent = training_rollouts(state.budget)
     result = asyncio.run(_run_step(ctx, state, epoch, step, echo))
+    cost = training_rollouts(state.budget) - spent
+    # the budget planner's estimate of a next step (tracked only under a rollout budget)
+    if ctx.cfg.rollout_budget is not None and cost > state.epoch_counters.step_rollouts_max:
+        state.epoch_counters = replace(state.epoch_counters, step_rollouts_max=cost)
     for name in sorted(state.gate_cooldown):  # 4. decrement cooldowns
         state.gate_cooldown[name] -= 1
         if state.gate_cooldown[name] <= 0:

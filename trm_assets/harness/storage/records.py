@@ -44,6 +44,20 @@ class PhaseUsage(TypedDict):
 
 
 BudgetLedger = dict[str, dict[str, PhaseUsage]]  # scope (init, e0, …, final) → phase → usage
+#: ledger phases that report and decide nothing (the test-pool evaluations): not training
+REPORT_PHASES: Final = frozenset({"holdout"})
+
+
+def training_rollouts(ledger: BudgetLedger) -> int:
+    """Rollouts of the ledger that train (every phase but :data:`REPORT_PHASES`): what
+    ``rollout_budget`` counts and what the optimizer benchmark compares policies at."""
+    return sum(
+        row["rollouts"]
+        for phases in ledger.values()
+        for phase, row in phases.items()
+        if phase not in REPORT_PHASES
+    )
+
 
 CounterName = Literal[
     "accepted", "rejected", "aborted", "rolled_back", "gates", "alpha_sum", "diagnose_infra"
@@ -63,6 +77,9 @@ class EpochCounters:
         default=0.0, metadata=ZERO_IF_ABSENT
     )  # sum of the gates' alphas: expected false accepts
     diagnose_infra: int = field(default=0, metadata=ZERO_IF_ABSENT)
+    # the most training rollouts one step of the run has cost so far (carried from epoch to
+    # epoch): the planner's estimate of a next step under a rollout budget
+    step_rollouts_max: int = field(default=0, metadata=ZERO_IF_ABSENT)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -157,6 +174,11 @@ class R2Outcome:  # 8
         default=None, metadata=OMIT_NONE
     )  # the reverted prompts' new version
     best_replaced: bool | None = field(default=None, metadata=OMIT_NONE)  # set when R2 is kept
+    # task types R2 showed verified worse than R (E⁻ ≥ 1/probation_alpha_harm on the type's
+    # paired questions), and the skill files whose momentum guidance was reverted for it
+    # (written only when not empty)
+    harmed: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
+    momentum_reverted: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)
