@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,9 +57,9 @@ from trm_assets.harness.data.config import RunConfig, config_to_yaml, load_confi
 from trm_assets.harness.loop.context import loop_context
 from trm_assets.harness.loop.observer import LoopObserver
 from trm_assets.harness.loop.plan import Action
-from trm_assets.harness.loop.rollouts import InferenceResult
+from trm_assets.harness.loop.rollouts import ROLLOUTS_PER_SLOT, InferenceResult
 from trm_assets.harness.loop.runner import current_action, run_action
-from trm_assets.harness.storage.checkpoint import load_state
+from trm_assets.harness.storage.checkpoint import load_state, wait_for_commits
 from trm_assets.harness.storage.records import BudgetLedger
 from trm_assets.harness.storage.workspace import init_workspace
 from trm_assets.llm.factory import build_providers
@@ -166,13 +167,30 @@ def ideal_seconds(
 
 def makespan(calls: Sequence[int], concurrency: int) -> int:
     """Model-call latencies one barrier needs under the harness's own schedule with zero
-    overhead: rollouts start in order, each on the first free slot of ``concurrency`` (a FIFO
-    semaphore per rollout), and a rollout's calls run one after another."""
-    slots = [0] * min(concurrency, max(len(calls), 1))
-    for c in calls:
-        i = min(range(len(slots)), key=slots.__getitem__)
-        slots[i] += c
-    return max(slots)
+    overhead: ``concurrency`` call slots taken first come, first served (a rollout's next call
+    queues behind the calls already waiting), up to ``ROLLOUTS_PER_SLOT × concurrency`` rollouts
+    under way, started in order, each rollout's calls one after another
+    (:func:`~trm_assets.harness.loop.rollouts.run_inference`)."""
+    left = list(calls)
+    waiting = deque(i for i, c in enumerate(left) if c > 0)  # rollouts not started yet
+    cap = concurrency * ROLLOUTS_PER_SLOT
+    queue: deque[int] = deque()
+    while waiting and len(queue) < cap:
+        queue.append(waiting.popleft())
+    under_way, ticks = len(queue), 0
+    while queue:
+        ticks += 1
+        wave = [queue.popleft() for _ in range(min(concurrency, len(queue)))]
+        for i in wave:
+            left[i] -= 1
+            if left[i] > 0:
+                queue.append(i)
+                continue
+            under_way -= 1
+            if waiting and under_way < cap:
+                queue.append(waiting.popleft())
+                under_way += 1
+    return ticks
 
 
 def schedule_seconds(
@@ -180,7 +198,7 @@ def schedule_seconds(
 ) -> float:
     """The zero-overhead time of the same schedule: every barrier's :func:`makespan`, plus the
     other model calls as in :func:`ideal_seconds`. ``wall / schedule`` isolates the harness's
-    own time from the packing of whole rollouts into slots (``ideal`` ≤ ``schedule``)."""
+    own time from the packing of rollouts' call chains into slots (``ideal`` ≤ ``schedule``)."""
     agent = sum(makespan(calls, concurrency) for calls in log.rollouts)
     return (agent + _other_latencies(others, steps, concurrency)) * latency_s
 
@@ -263,9 +281,10 @@ def epoch_cell(
             action = current_action(ctx)
             if action.kind != "step" and action.kind != "slow_update":
                 break
-            run_action(ctx, action)
+            run_action(ctx, action, behind=True)  # as `trm train` runs units in a row
             if action.kind == "slow_update" and action.slow_step == 10:
                 break
+        wait_for_commits()  # the epoch's last checkpoint has landed
         wall = time.perf_counter() - t0
         state = load_state(ctx.paths.state, cfg)
     release()

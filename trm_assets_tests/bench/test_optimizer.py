@@ -184,11 +184,14 @@ def test_overhead_ideal_and_cli() -> None:
     others = {"diagnose": 2, "evolve": 3, "momentum": 1, "system_tool": 0}
     # (max(40/8, 4) + max(3/8, 3)) + diag 1 per step × 2 + evolve 1 per step × 2 + momentum 1
     assert math.isclose(ideal_seconds(log, others, 2, 0.05, 8), (5 + 3 + 2 + 2 + 1) * 0.05)
-    # Whole rollouts in order on the first free slot: 5,5,5 on 2 slots → 10; the bound says 7.5.
-    assert makespan([5, 5, 5], 2) == 10 and makespan([4, 1, 1, 1, 1], 2) == 4
-    assert makespan([3], 8) == 3 and makespan([], 4) == 0
+    # Call slots taken first come, first served: 5,5,5 on 2 slots interleave into ⌈15/2⌉ = 8
+    # latencies (whole rollouts per slot took 10; the bound says 7.5); 4,1,1,1,1 → 5, since the
+    # long rollout's later calls queue behind the short ones' first (the bound says 4).
+    assert makespan([5, 5, 5], 2) == 8 and makespan([4, 1, 1, 1, 1], 2) == 5
+    assert makespan([3], 8) == 3 and makespan([], 4) == 0 and makespan([1, 3], 1) == 4
+    assert makespan([4] * 72, 32) == 9  # R on the smoke pool: three rollout waves took 12
     sched = BarrierLog([(5, 5, 5)])
-    assert math.isclose(schedule_seconds(sched, others, 2, 0.05, 2), (10 + 2 + 2 + 1) * 0.05)
+    assert math.isclose(schedule_seconds(sched, others, 2, 0.05, 2), (8 + 2 + 2 + 1) * 0.05)
     assert ideal_seconds(sched, others, 2, 0.05, 2) < schedule_seconds(sched, others, 2, 0.05, 2)
     args = ["--json", "--skip-dagster", "--small", "--latency-ms", "20", "--concurrency", "8"]
     res = CliRunner().invoke(overhead_cli, args, catch_exceptions=False)

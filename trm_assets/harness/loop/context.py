@@ -14,15 +14,16 @@ receives.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from trm_assets.agent.messages import AgentPrompts, load_agent_prompts
 from trm_assets.agent.tools import Toolbox
@@ -43,6 +44,7 @@ from trm_assets.harness.loop.rollouts import (
     RolloutSpec,
     run_inference,
 )
+from trm_assets.harness.storage.observation import prepare_tables
 from trm_assets.harness.storage.pools import build_or_load_pools
 from trm_assets.harness.storage.runlog import RunLog
 from trm_assets.harness.storage.versions import read_version_files, verify_version
@@ -56,6 +58,25 @@ from trm_assets.harness.storage.workspace import (
 from trm_assets.llm.providers import Providers
 
 RUN_BASE = "train"  # run ids: train_init, train_e{E}_s{S}, train_e{E}_s{S}_gate_<skill>_base, …
+
+
+T = TypeVar("T")
+
+
+async def overlapped(barrier: Awaitable[T], work: Callable[[], None]) -> T:
+    """Await ``barrier`` (rollouts), doing ``work`` once its model calls are sent: two turns of
+    the event loop let the inference run start its rollouts and each rollout send its first
+    request. A failed ``work`` cancels the barrier."""
+    task = asyncio.ensure_future(barrier)
+    for _ in range(2):
+        await asyncio.sleep(0)
+    try:
+        work()
+    except BaseException:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise
+    return await task
 
 
 class InfraOutage(TrmError):
@@ -81,6 +102,12 @@ class LoopContext:
     # prompts version → (the verified meta it was loaded under, the prompts): a barrier reads its
     # prompt set once per version, not once per barrier
     _prompts: dict[str, tuple[object, AgentPrompts]] = field(default_factory=dict, repr=False)
+    # question id → model calls of its latest rollout in this process: the expected length that
+    # orders a barrier's starts longest first (scheduling only; no result depends on it)
+    _calls_seen: dict[str, int] = field(default_factory=dict, repr=False)
+    # durable bookkeeping nothing reads before the unit's commit, done once the next barrier's
+    # first model calls are out (after_next_launch)
+    _later: list[Callable[[], object]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self._recent_infra = deque(maxlen=self.cfg.infra_outage_window)
@@ -97,6 +124,7 @@ class LoopContext:
         if self._log is None or self._log._closed:
             # this workspace's own run log: a foreign one is refused, a lost one never re-created
             self._log = open_run_log(self.workspace)
+            prepare_tables(self._log)
         return self._log
 
     def close_log(self) -> None:
@@ -244,6 +272,18 @@ class LoopContext:
 
     # -- rollouts -------------------------------------------------------------------------------
 
+    def after_next_launch(self, work: Callable[[], object]) -> None:
+        """Do ``work`` — a durable write nothing reads before the unit's commit (a run's record in
+        the manifest before its rows, a gate's cache file and evidence rows) — once the next
+        barrier's first model calls are sent (:meth:`rollouts`), or at the latest when the
+        unit commits (:meth:`drain_later`): it then costs no time between barriers."""
+        self._later.append(work)
+
+    def drain_later(self) -> None:
+        """Do every queued :meth:`after_next_launch` work now, in order."""
+        while self._later:
+            self._later.pop(0)()
+
     async def rollouts(
         self,
         run_id: str,
@@ -266,31 +306,52 @@ class LoopContext:
             if kind in REUSE_KINDS or kind.startswith("eval_")
             else {}
         )
-        result = await run_inference(
-            specs,
-            llm=self.providers.agent,
-            tools=self.toolbox,
-            log=self.log,
-            run_id=run_id,
-            concurrency=cfg.concurrency,
-            max_steps=cfg.max_agent_steps,
-            skill_mode=cfg.skill_mode,
-            skills=skills,
-            prompts=self.agent_prompts(prompts_version),
-            temperature=cfg.effective_agent_temperature(),
-            run_kind=kind,
-            skills_version=skills_version,
-            prompts_version=prompts_version,
-            questions_ref=self.dataset.questions_ref,
-            progress=self._on_rollouts if self.observers else None,
-            heartbeat_s=HEARTBEAT_S,
-            reuse=reuse,
-            run_meta={"decoding": self.decoding_hash(), "prompt_keys": keys},
+        result = await overlapped(
+            run_inference(
+                specs,
+                llm=self.providers.agent,
+                tools=self.toolbox,
+                log=self.log,
+                run_id=run_id,
+                concurrency=cfg.concurrency,
+                max_steps=cfg.max_agent_steps,
+                skill_mode=cfg.skill_mode,
+                skills=skills,
+                prompts=self.agent_prompts(prompts_version),
+                temperature=cfg.effective_agent_temperature(),
+                run_kind=kind,
+                skills_version=skills_version,
+                prompts_version=prompts_version,
+                questions_ref=self.dataset.questions_ref,
+                progress=self._on_rollouts if self.observers else None,
+                heartbeat_s=HEARTBEAT_S,
+                reuse=reuse,
+                run_meta={"decoding": self.decoding_hash(), "prompt_keys": keys},
+                start_order=self._longest_first(specs),
+                write_behind=self.after_next_launch,
+            ),
+            self.drain_later,
         )
+        for p in result.predictions:
+            if p.n_llm_calls:
+                self._calls_seen[p.question_id] = p.n_llm_calls
         for o in self.observers:
             o.on_barrier(result)
         self._check_outage(result)
         return result
+
+    def _longest_first(self, specs: Sequence[RolloutSpec]) -> list[int] | None:
+        """The order to start a barrier's rollouts in when they outnumber the slots: the longest
+        expected first (each question's model calls in its latest rollout here; unseen ones as
+        the mean), ties in input order — a rollout started last then tends to be a short one, so
+        the barrier ends sooner (LPT). The order changes when calls are made, never their
+        answers: every rollout's draws are keyed by its own run, question and replicate."""
+        if len(specs) <= self.cfg.concurrency or not self._calls_seen:
+            return None
+        seen = self._calls_seen
+        mean = sum(seen.values()) / len(seen)
+        expected = [seen.get(_question(s).question_id, mean) for s in specs]
+        return sorted(range(len(specs)), key=lambda i: (-expected[i], i))
 
     def _on_rollouts(self, progress: InferenceProgress) -> None:
         for o in self.observers:

@@ -3,7 +3,9 @@
 :func:`validate_candidate_skill` is the seed's ``validate_skill_local``:
 
 1. the candidate skill set is **materialized in a unique temp dir** under ``<workspace>/tmp`` and
-   read back from there (what runs is what was written); the dir is removed in ``finally``;
+   read back from there; the dir is removed in ``finally``. What is read back must equal the
+   proposed text the candidate block runs with (what runs is what was written) — checked while
+   the gate's first barrier is in flight: a difference cancels it before any outcome is used;
 2. the plan — (question, pass) positions of the ladder, fixed before the first block — is cut
    into blocks of ``gate_block``; **per block, strictly in order**:
 
@@ -16,6 +18,11 @@
       baseline infra dropped) and :func:`~trm_assets.domain.gate.gate_decision` (INFRA guard
       first, then the e-process/SPRT/sign-test rules) — the last block's decision is final;
    d. one ``gate_evidence`` row per question plus one per block, and ``quadrant_pair`` rows.
+
+   The bookkeeping no later lookup of the gate reads — the arms' records in the manifest, the
+   cache file, the evidence rows — is done once the next barrier's model calls are out
+   (:meth:`~trm_assets.harness.loop.context.LoopContext.after_next_launch`; cache entries reach
+   disk before memory all the same), so it costs no time between barriers.
 
 Gate run ids contain ``_gate_`` (checked on entry): the ladder refuses them (anti-leak rule).
 
@@ -45,14 +52,20 @@ order of operations the statistics depend on.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
-from trm_assets.domain.baseline_cache import GATE_BASELINE, BaselineKey, make_entry
+from trm_assets.domain.baseline_cache import (
+    GATE_BASELINE,
+    BaselineEntry,
+    BaselineKey,
+    make_entry,
+)
 from trm_assets.domain.gate import (
     GateParams,
     GateVerdict,
@@ -324,8 +337,11 @@ async def validate_candidate_skill(
     *,
     params: GateParams | None = None,
     progress: Callable[[str], None] | None = None,
+    leave_tail: bool = False,
 ) -> ValidationOutcome:
-    """Validate ``req``'s candidate against the current version (see the module docstring)."""
+    """Validate ``req``'s candidate against the current version (see the module docstring).
+    ``leave_tail``: the last block's bookkeeping (cache file, evidence rows) is left queued for
+    the next barrier of the unit, or its commit (``LoopContext.after_next_launch``)."""
     if GATE_RUN_MARK not in req.gate_run_id:
         raise ValueError(
             f"gate run id {req.gate_run_id!r} must contain {GATE_RUN_MARK!r} (the anti-leak "
@@ -346,10 +362,6 @@ async def validate_candidate_skill(
         params = replace(params, block=len(plan))
     if gate_plan_.screen:  # two stages: go on to the dear part only if the cheap one is ahead
         params = replace(params, screen_positions=gate_plan_.screen)
-    # 1. the candidate, materialized in a unique temp dir (always removed)
-    cand_skills = _materialize(
-        ctx.paths.tmp_dir, req.baseline_skills, req.skill_file, req.candidate_text
-    )
     base_skills = dict(req.baseline_skills)
     cache = BaselineCacheStore(ctx.paths.baseline_cache, req.task_type)
     skill_hash = text_hash(base_skills[req.skill_file])
@@ -360,6 +372,35 @@ async def validate_candidate_skill(
     counters = {"base": 0, "cand": 0, "hits": 0, "pt": 0, "ct": 0, "calls": 0}
     observed: dict[str, bool | None] = {}
     verdict: GateVerdict | None = None
+    recorded: set[str] = set()  # the arms' runs, recorded in the manifest once per gate
+    # 1. the candidate, materialized in a unique temp dir (always removed) and its run recorded:
+    # while the first baseline barrier runs, or before the first candidate block without one.
+    # Bookkeeping that no later lookup of this gate reads (the baseline cache file, evidence
+    # rows) likewise waits for the next barrier's first calls (LoopContext.after_next_launch).
+    cand_skills = {**req.baseline_skills, req.skill_file: req.candidate_text}
+
+    def prepare_candidate() -> None:
+        written = _materialize(
+            ctx.paths.tmp_dir, req.baseline_skills, req.skill_file, req.candidate_text
+        )
+        if written != cand_skills:  # before any of its outcomes is used: the barrier is cancelled
+            raise ValueError(
+                f"gate {req.gate_run_id}: the candidate read back from its directory differs "
+                "from the proposed text (what runs must be what was written)"
+            )
+        _record(ctx, cand_run, req, "gate_candidate")
+
+    def arm(run_id: str, positions: Sequence[tuple[str, int]], kind: str) -> Awaitable[Any]:
+        skills = base_skills if kind == "gate_baseline" else cand_skills
+        if run_id not in recorded:  # the run's rows are written after its barrier
+            recorded.add(run_id)
+            if kind == "gate_baseline":
+                ctx.after_next_launch(functools.partial(_record, ctx, run_id, req, kind))
+        return _rollouts(ctx, run_id, positions, skills, req, kind)
+
+    recorded.add(cand_run)
+    ctx.after_next_launch(prepare_candidate)
+
     for bi, chunk in enumerate(chunk_plan(plan, params.block)):
         # a. baseline: cache first, misses only; disk before memory
         keys = {
@@ -382,11 +423,11 @@ async def validate_candidate_skill(
                 baseline[pos], source[pos] = hit, "cache"
                 counters["hits"] += 1
         if misses:
-            res = await _rollouts(ctx, base_run, misses, base_skills, req, "gate_baseline")
+            res = await arm(base_run, misses, "gate_baseline")
             outcomes = res.correctness()
             retry = [pos for pos in misses if outcomes.get(pos) is None]
             if retry:  # GATE §2: retry a baseline infra failure once, then drop the pair
-                again = await _rollouts(ctx, base_run, retry, base_skills, req, "gate_baseline")
+                again = await arm(base_run, retry, "gate_baseline")
                 outcomes.update(again.correctness())
                 _count(counters, "base", again)
             _count(counters, "base", res)
@@ -394,11 +435,11 @@ async def validate_candidate_skill(
                 make_entry(keys[pos], outcomes.get(pos), provenance=GATE_BASELINE, run_id=base_run)
                 for pos in misses
             ]
-            cache.put_many(e for e in entries if e is not None)
+            ctx.after_next_launch(functools.partial(_put, cache, entries))
             for pos in misses:
                 baseline[pos], source[pos] = outcomes.get(pos), "fresh"
         # b. the whole candidate block
-        cres = await _rollouts(ctx, cand_run, list(chunk), cand_skills, req, "gate_candidate")
+        cres = await arm(cand_run, list(chunk), "gate_candidate")
         _count(counters, "cand", cres)
         candidate = cres.correctness()
         stops = {(p.question_id, p.replicate): p.stop_reason for p in cres.predictions}
@@ -413,8 +454,12 @@ async def validate_candidate_skill(
         verdict = gate_decision(state, pairs, params)
         for qid, rep in chunk:
             observed[qid] = candidate.get((qid, rep))
-        # d. evidence
-        _write_evidence(ctx, req, policy, bi, params.block, pairs, verdict, source, stops)
+        # d. evidence (written while the next block runs, or now after the last)
+        ctx.after_next_launch(
+            functools.partial(
+                _write_evidence, ctx, req, policy, bi, params.block, pairs, verdict, source, stops
+            )
+        )
         if progress is not None:
             progress(
                 f"    gate {req.skill_file} block {bi + 1}: W={verdict.wins} L={verdict.losses} "
@@ -422,6 +467,8 @@ async def validate_candidate_skill(
             )
         if verdict.verdict is not Verdict.CONTINUE:
             break
+    if not leave_tail:
+        ctx.drain_later()
     assert verdict is not None
     action, name = gp.decide(verdict)
     return ValidationOutcome(
@@ -478,14 +525,11 @@ def _count(counters: dict[str, int], arm: str, res: InferenceResult) -> None:
     counters["calls"] += sum(p.n_llm_calls for p in res.predictions)
 
 
-async def _rollouts(
-    ctx: LoopContext,
-    run_id: str,
-    positions: Sequence[tuple[str, int]],
-    skills: Mapping[str, str],
-    req: GateRequest,
-    kind: str,
-) -> InferenceResult:
+def _put(cache: BaselineCacheStore, entries: Sequence[BaselineEntry | None]) -> None:
+    cache.put_many(e for e in entries if e is not None)
+
+
+def _record(ctx: LoopContext, run_id: str, req: GateRequest, kind: str) -> None:
     record_run(
         ctx.workspace,
         run_id,
@@ -494,6 +538,16 @@ async def _rollouts(
         kind=kind,
         use_current=False,
     )
+
+
+async def _rollouts(
+    ctx: LoopContext,
+    run_id: str,
+    positions: Sequence[tuple[str, int]],
+    skills: Mapping[str, str],
+    req: GateRequest,
+    kind: str,
+) -> InferenceResult:
     return await ctx.rollouts(
         run_id,
         [(ctx.questions[q], rep) for q, rep in positions],

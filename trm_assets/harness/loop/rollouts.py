@@ -4,7 +4,11 @@ Contract of :func:`run_inference` (seed §7; GATE.md §2):
 
 * ``run_id`` is required; an empty one raises ``ValueError`` (rows without a run are useless to
   the gate and to the ladder refresh, which select runs by id pattern).
-* Concurrency: an ``asyncio.Semaphore(concurrency)`` around each rollout + ``asyncio.gather``.
+* Concurrency: at most ``concurrency`` model calls in flight (an ``asyncio.Semaphore`` around
+  each agent call, :class:`_CallSlots`), up to ``ROLLOUTS_PER_SLOT × concurrency`` rollouts
+  started, all gathered. A slot is a server request, not a rollout: while one rollout runs its
+  tools or waits to be handled, another's call takes the slot (a barrier of 72 four-call
+  rollouts on 32 slots needs 9 call latencies, not the 12 of three rollout waves).
 * Everything is checked **before** the first rollout (missing trees, missing skill files, an
   incomplete tool pack, duplicate (question, replicate) keys): a configuration error never
   costs a half-finished run.
@@ -62,10 +66,20 @@ from trm_assets.harness.storage.runlog import (
     FLAG_VALIDATION,
     RunLog,
 )
-from trm_assets.llm.protocol import LLMProvider, ProviderRequestError, Usage
+from trm_assets.llm.protocol import (
+    ChatResponse,
+    LLMProvider,
+    Message,
+    ProviderRequestError,
+    ToolSpec,
+    Usage,
+)
 
 FAILURE_TASK = "task"
 FAILURE_INFRA = "infra"
+#: rollouts started per model-call slot: enough waiting calls to keep every slot busy, bounded so
+#: a pool of thousands is not one conversation each in memory (nor as many tool/VLM calls)
+ROLLOUTS_PER_SLOT: Final = 4
 
 RolloutSpec = Question | tuple[Question, int]
 
@@ -248,6 +262,8 @@ async def run_inference(
     run_meta: Mapping[str, Any] | None = None,
     reuse: Mapping[str, Mapping[str, Any]] | None = None,
     heartbeat_s: float | None = None,
+    start_order: Sequence[int] | None = None,
+    write_behind: Callable[[Callable[[], None]], None] | None = None,
 ) -> InferenceResult:
     """Run every (question, replicate) through :class:`AgentLoop`; see the module docstring.
 
@@ -271,6 +287,13 @@ async def run_inference(
     ``heartbeat_s``: also call ``progress`` every that many seconds while rollouts are running,
     whether or not one finished (a slow real model takes minutes per rollout: the reporter's
     cadence must not depend on completions).
+
+    ``start_order``: a permutation of the rollouts' indices, the order in which they take the
+    ``concurrency`` slots (default: input order). Results stay in input order.
+
+    ``write_behind``: given the call that starts writing the run's last rows behind, schedules
+    it (the loop: once the next barrier's first calls are out, so the writer thread's work does
+    not contend with the loop between barriers); default: at once.
     """
     if not isinstance(run_id, str) or not run_id.strip():
         raise ValueError(f"run_id is required (a non-empty string), got {run_id!r}")
@@ -285,7 +308,11 @@ async def run_inference(
     for task_type in sorted({q.task_type for q, _ in rollouts}):
         active_skill_files(task_type, skills, skill_mode)  # raises for a missing skill file
     agent = AgentLoop(
-        llm, prompts, max_steps=max_steps, temperature=temperature, max_tokens=max_tokens
+        _CallSlots(llm, concurrency),
+        prompts,
+        max_steps=max_steps,
+        temperature=temperature,
+        max_tokens=max_tokens,
     )
     if log is not None:
         log.begin_run(
@@ -303,7 +330,7 @@ async def run_inference(
             defer=True,  # written with the first rollouts: one commit, not two
         )
 
-    sem = asyncio.Semaphore(concurrency)
+    sem = asyncio.Semaphore(concurrency * ROLLOUTS_PER_SLOT)
     results: list[Prediction | None] = [None] * len(rollouts)
     counters = {"done": 0, "correct": 0, "infra": 0, "calls": 0, "tokens": 0}
     flushing: list[asyncio.Task[int]] = []
@@ -389,11 +416,10 @@ async def run_inference(
         counters["done"] += 1
         counters["correct"] += int(bool(pred.correct))
         counters["infra"] += int(pred.failure_kind == FAILURE_INFRA)
-    tasks = [
-        asyncio.ensure_future(one(i, q, rep))
-        for i, (q, rep) in enumerate(rollouts)
-        if results[i] is None
-    ]
+    order = list(range(len(rollouts))) if start_order is None else list(start_order)
+    if sorted(order) != list(range(len(rollouts))):
+        raise ValueError(f"start_order must be a permutation of 0..{len(rollouts) - 1}")
+    tasks = [asyncio.ensure_future(one(i, *rollouts[i])) for i in order if results[i] is None]
 
     async def heartbeat(every: float, report: Callable[[InferenceProgress], None]) -> None:
         while True:
@@ -424,8 +450,12 @@ async def run_inference(
             write_errors = [e for e in outcomes if isinstance(e, BaseException)]
             log.finish_run(run_id, status=status, wall_s=wall, defer=True)
             # The last rollouts and the run's row in one commit, written behind the caller (the
-            # next flush — every checkpoint flushes — waits for it and raises its error).
-            log.flush_behind()
+            # next flush — every checkpoint flushes — waits for it and raises its error); or,
+            # with ``write_behind``, whenever the caller schedules it.
+            if write_behind is None:
+                log.flush_behind()
+            else:
+                write_behind(log.flush_behind)
             if write_errors and status == "done":
                 raise write_errors[0]  # a failed batch write is a bug, never silently dropped
     preds = tuple(p for p in results if p is not None)
@@ -433,6 +463,40 @@ async def run_inference(
     for p in preds:
         usage = usage + p.usage
     return InferenceResult(run_id=run_id, predictions=preds, wall_s=wall, usage=usage)
+
+
+class _CallSlots:
+    """``llm`` with at most ``concurrency`` :meth:`chat` calls in flight (the server's slots)."""
+
+    def __init__(self, llm: LLMProvider, concurrency: int) -> None:
+        self._llm = llm
+        self._slots = asyncio.Semaphore(concurrency)
+
+    @property
+    def model(self) -> str:
+        return self._llm.model
+
+    @property
+    def usage(self) -> Usage:
+        return self._llm.usage
+
+    @property
+    def is_simulated(self) -> bool:
+        return self._llm.is_simulated
+
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+    ) -> ChatResponse:
+        async with self._slots:
+            return await self._llm.chat(
+                messages, tools=tools, temperature=temperature, max_tokens=max_tokens, seed=seed
+            )
 
 
 def _outcome_columns(o: AgentOutcome, q: Question) -> dict[str, Any]:

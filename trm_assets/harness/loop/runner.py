@@ -25,7 +25,8 @@ from trm_assets.harness.loop.plan import N_SLOW_STEPS, Action, next_action, prog
 from trm_assets.harness.loop.session import UnitSession, open_session
 from trm_assets.harness.loop.slow_update import SLOW_STEPS, holdout_accuracy
 from trm_assets.harness.loop.step import initialize_training, run_step
-from trm_assets.harness.storage.checkpoint import TrainState, load_state
+from trm_assets.harness.storage.atomic import deferred_sync
+from trm_assets.harness.storage.checkpoint import TrainState, load_state, wait_for_commits
 from trm_assets.harness.storage.lock import workspace_lock
 from trm_assets.harness.storage.records import FinalReport
 from trm_assets.harness.storage.workspace import read_best, update_current
@@ -49,13 +50,18 @@ def current_action(ctx: LoopContext) -> Action:
     return planned(ctx.paths.state, ctx.cfg)
 
 
-def run_action(ctx: LoopContext, action: Action, *, echo: Echo | None = None) -> object:
+def run_action(
+    ctx: LoopContext, action: Action, *, echo: Echo | None = None, behind: bool = False
+) -> object:
     """Execute one unit of work (the one the planner returned): open its session, run its body,
-    commit. Returns what the body returned (the unit's result record)."""
+    commit. Returns what the body returned (the unit's result record). ``behind``: the commit
+    lands while the caller opens the next unit (a caller running units in a row; it waits with
+    :func:`~trm_assets.harness.storage.checkpoint.wait_for_commits` before it stops)."""
     unit = unit_of(action)
-    session = open_session(ctx, action, echo=echo)
-    result = unit.body(session)
-    session.commit()
+    with deferred_sync():  # new versions are synced by the unit's checkpoint
+        session = open_session(ctx, action, echo=echo)
+        result = unit.body(session)
+        session.commit(behind=behind)
     for observer in ctx.observers:
         observer.on_unit_done(action)
     return result
@@ -160,10 +166,14 @@ def _train(
 ) -> TrainSummary:
     units = 0
     action = current_action(ctx)
-    while action.kind != "done" and (max_units is None or units < max_units):
-        run_action(ctx, action, echo=echo)
-        units += 1
-        if on_unit is not None:
-            on_unit(action)
-        action = current_action(ctx)
+    try:
+        while action.kind != "done" and (max_units is None or units < max_units):
+            run_action(ctx, action, echo=echo, behind=True)
+            units += 1
+            if on_unit is not None:
+                wait_for_commits()  # a callback sees the unit's checkpoint on disk
+                on_unit(action)
+            action = current_action(ctx)
+    finally:
+        wait_for_commits()
     return TrainSummary(units, action, load_state(ctx.paths.state, ctx.cfg))

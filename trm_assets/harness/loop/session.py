@@ -25,6 +25,7 @@ from trm_assets.harness.storage.checkpoint import (
     new_state,
     open_unit,
     save_state,
+    save_state_behind,
 )
 
 Echo = Callable[[str], None]
@@ -54,12 +55,19 @@ class UnitSession:
         if self.echo is not None:
             self.echo(line)
 
-    def commit(self) -> None:
-        """The unit's one checkpoint: progress past the unit, run log flushed, ``state.json``."""
+    def commit(self, *, behind: bool = False) -> None:
+        """The unit's one checkpoint: progress past the unit, run log flushed, ``state.json``.
+        ``behind``: the flush and the write land on the run log's writer thread while the caller
+        goes on to the next unit (:func:`~trm_assets.harness.storage.checkpoint.save_state_behind`);
+        a caller that stops after it must :func:`wait_for_commits`."""
         if self.committed:
             raise RuntimeError(f"{self.action.describe()} was already committed")
+        self.ctx.drain_later()  # the unit's last bookkeeping, before its checkpoint
         advance(self.state, self.action)
-        checkpoint(self.ctx, self.state)
+        if behind:
+            save_state_behind(self.ctx.paths.state, self.state, self.ctx.workspace, self.ctx.log)
+        else:
+            checkpoint(self.ctx, self.state)
         self.committed = True
 
 

@@ -560,8 +560,11 @@ def report_epoch(s: UnitSession) -> EpochReportOutcome:
     holdout: dict[str, HoldoutEval] = {}
     rows = []
     test_ids = list(ctx.pools.test)
+    seen: dict[tuple[str, str], float | None] = {}  # a pair named twice is evaluated once
     for label, (sv, pv) in pairs.items():
-        acc = holdout_accuracy(ctx, state, scope, sv, pv)
+        if (sv, pv) not in seen:
+            seen[sv, pv] = holdout_accuracy(ctx, state, scope, sv, pv)
+        acc = seen[sv, pv]
         exp = ctx.expected_accuracy(sv, pv, test_ids)
         holdout[label] = HoldoutEval(skills=sv, prompts=pv, accuracy=acc, expected=exp)
         rows.append(
@@ -703,16 +706,22 @@ def holdout_accuracy(
     """Accuracy of a version pair on the test pool; a pair already evaluated is not re-run
     (a report only: never an input to any decision)."""
     run_id = holdout_run_id(ctx, skills, prompts)
-    ctx.log.flush()
-    with RunLogReader.open(ctx.paths.run_db) as reader:
-        row = reader.run(run_id)
     # Reuse only a run the manifest recorded: a run finished by a unit that was killed before
     # its checkpoint is rolled back from the manifest, so it is evaluated (and charged) again,
-    # exactly as the uninterrupted run did (the rows themselves are idempotent inserts).
-    recorded = read_manifest(ctx.workspace).run(run_id) is not None
-    if row is not None and row.get("status") == "done" and recorded:
-        acc = row.get("accuracy")
-        return None if acc is None else float(acc)
+    # exactly as the uninterrupted run did (the rows themselves are idempotent inserts). An
+    # unrecorded run is not read back at all (the read would first wait for the log's writes),
+    # nor one an earlier epoch's report holds in the checkpoint.
+    if read_manifest(ctx.workspace).run(run_id) is not None:
+        for summary in reversed(state.history):
+            for h in summary.holdout.values():
+                if (h.skills, h.prompts) == (skills, prompts):
+                    return h.accuracy
+        ctx.log.flush()
+        with RunLogReader.open(ctx.paths.run_db) as reader:
+            row = reader.run(run_id)
+        if row is not None and row.get("status") == "done":
+            acc = row.get("accuracy")
+            return None if acc is None else float(acc)
     res = asyncio.run(evaluate(ctx, run_id, skills, prompts, ctx.pool_questions("test"), "holdout"))
     charge_inference(state, scope, "holdout", res)
     return res.accuracy

@@ -30,6 +30,7 @@ are shared with the slow update.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -40,7 +41,7 @@ from trm_assets.domain.gate import Verdict
 from trm_assets.domain.ladder import ladder_for, update_ladder
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, Question, skill_file_name
 from trm_assets.domain.run_level import RunErrorParams, gate_params_for
-from trm_assets.evolution.diagnosis import load_diagnose_prompts, run_diagnosis
+from trm_assets.evolution.diagnosis import RunLogPort, load_diagnose_prompts, run_diagnosis
 from trm_assets.evolution.evolve import evolve_single_skill, load_evolve_prompts
 from trm_assets.evolution.types import (
     EvolutionRecord,
@@ -149,14 +150,19 @@ async def evaluate(
     questions: Sequence[Question],
     kind: str,
 ) -> InferenceResult:
-    """Roll out ``questions`` with a stored version pair, recorded under ``run_id``."""
-    record_run(
-        ctx.workspace,
-        run_id,
-        skills_version=skills_version,
-        prompts_version=prompts_version,
-        kind=kind,
-        use_current=False,
+    """Roll out ``questions`` with a stored version pair, recorded under ``run_id`` — in the
+    manifest's history while its first model calls are in flight (its rows are written after),
+    so a checkpoint still landing (``UnitSession.commit(behind=True)``) overlaps the calls."""
+    ctx.after_next_launch(
+        functools.partial(
+            record_run,
+            ctx.workspace,
+            run_id,
+            skills_version=skills_version,
+            prompts_version=prompts_version,
+            kind=kind,
+            use_current=False,
+        )
     )
     res = await ctx.rollouts(
         run_id, list(questions), ctx.skills(skills_version), prompts_version,
@@ -294,8 +300,10 @@ async def _run_step(
     for qid, outcome in outcomes_by_qid(res).items():
         if outcome is not None:
             state.correctness[qid] = outcome
-    # 3. diagnosis
-    ctx.log.flush()
+    # 3. diagnosis — of the rows just rolled out, from memory (a read back would wait for their
+    # write); from the run log if this process was not given every row of the run
+    rows = ctx.log.recent(run_id)
+    source: RunLogPort = rows if rows is not None and len(rows) == res.n else _flushed(ctx)
     if echo is not None:  # the diagnose/evolve calls report nothing while they run
         echo(f"epoch {epoch} step {step}: diagnosing the failed rollouts …")
     try:
@@ -304,7 +312,7 @@ async def _run_step(
             ctx.questions,
             ctx.dataset.trees,
             ctx.providers.diagnose,
-            RunLogReader.open(paths.run_db),
+            source,
             skill_store(paths),
             load_diagnose_prompts(prompt_store(paths)),
             cfg.concurrency,
@@ -336,7 +344,11 @@ async def _run_step(
                 proposals.get(skill_file_name(task_type)),
             )  # fmt: skip
             reports.append(report)
-            write_rows(ctx.log, "step_report", [_step_row(epoch, step, report, budget)])
+            ctx.after_next_launch(
+                functools.partial(
+                    write_rows, ctx.log, "step_report", [_step_row(epoch, step, report, budget)]
+                )
+            )
     finally:  # a gate that raised leaves the later proposals unused: stop and collect them
         for task in proposals.values():
             task.cancel()
@@ -352,6 +364,11 @@ async def _run_step(
         paths.skills_version,
         paths.prompts_version,
     )
+
+
+def _flushed(ctx: LoopContext) -> RunLogReader:
+    ctx.log.flush()
+    return RunLogReader.open(ctx.paths.run_db)
 
 
 def _evolve(
@@ -538,7 +555,7 @@ async def _gate_skill(
         ladder_run_ids=ladder.applied_runs,
         ladder_warm=state.gate_epoch_observed,
     )
-    outcome = await validate_candidate_skill(ctx, req, params=params)
+    outcome = await validate_candidate_skill(ctx, req, params=params, leave_tail=True)
     for observer in ctx.observers:
         observer.on_gate(req, outcome)
     state.charge(

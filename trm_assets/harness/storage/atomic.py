@@ -14,6 +14,9 @@ import glob
 import json
 import os
 import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +75,86 @@ def sweep_stale_temps(target: Path) -> list[Path]:
     return removed
 
 
+#: called before every atomic write (the checkpoint's: wait until a commit still landing has
+#: landed, so nothing of a unit is durable before the checkpoint of the unit before it)
+_BEFORE_WRITE: list[Callable[[], None]] = []
+
+
+# Files and directories written new during a unit of work whose fsync waits for its checkpoint
+# (deferred_sync): None when no unit is open (then every write syncs at once).
+_UNSYNCED: list[Path] | None = None
+_UNSYNCED_LOCK = threading.Lock()
+
+
+@contextmanager
+def deferred_sync() -> Iterator[None]:
+    """While open (a unit of work), :func:`sync_later` collects new files instead of syncing
+    them; the checkpoint syncs them (:func:`take_unsynced`, :func:`fsync_paths`) before
+    ``state.json`` says they exist. A new version directory is renamed into place atomically
+    either way; until the checkpoint it is not referenced by one, and a resume after a crash
+    removes it (``restore_workspace_to_mark``), so only its durability is deferred. Whatever
+    is still collected when the block ends is synced then."""
+    global _UNSYNCED
+    with _UNSYNCED_LOCK:
+        outer, _UNSYNCED = _UNSYNCED, ([] if _UNSYNCED is None else _UNSYNCED)
+    try:
+        yield
+    finally:
+        if outer is None:
+            fsync_paths(take_unsynced())
+            with _UNSYNCED_LOCK:
+                _UNSYNCED = None
+
+
+def sync_later(paths: Sequence[Path]) -> bool:
+    """Queue ``paths`` for the checkpoint's fsync; False (nothing queued) outside a unit."""
+    with _UNSYNCED_LOCK:
+        if _UNSYNCED is None:
+            return False
+        _UNSYNCED.extend(paths)
+        return True
+
+
+def take_unsynced() -> list[Path]:
+    """The paths queued so far (the queue is emptied)."""
+    with _UNSYNCED_LOCK:
+        if not _UNSYNCED:
+            return []
+        out = list(_UNSYNCED)
+        _UNSYNCED.clear()
+        return out
+
+
+def fsync_paths(paths: Sequence[Path]) -> None:
+    """fsync each file or directory (a vanished one is skipped: a later step removed it)."""
+    for path in dict.fromkeys(paths):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def run_before_write() -> None:
+    """The hooks :func:`atomic_write_bytes` runs first (for writes that bypass it)."""
+    for hook in _BEFORE_WRITE:
+        hook()
+
+
+def before_every_write(hook: Callable[[], None]) -> None:
+    """Register ``hook`` to run before every :func:`atomic_write_bytes` (once per hook)."""
+    if hook not in _BEFORE_WRITE:
+        _BEFORE_WRITE.append(hook)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically; an ``OSError`` (disk full …) becomes a
     :class:`StorageWriteError` naming the file, with the old content intact."""
+    for hook in _BEFORE_WRITE:
+        hook()
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

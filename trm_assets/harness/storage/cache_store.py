@@ -21,18 +21,32 @@ from trm_assets.domain.baseline_cache import (
     cache_to_dict,
     lookup,
 )
-from trm_assets.harness.storage.atomic import atomic_write_json, read_json_object
+from trm_assets.harness.storage.atomic import atomic_write_json, file_identity, read_json_object
 
 
 def _slug(task_type: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", task_type.lower()).strip("-") or "task"
 
 
+# path → (file identity, parsed entries): a unit opens every type's file (purge) and each gate
+# its own; an unchanged file is not parsed again (an atomic write changes the identity)
+_PARSED: dict[Path, tuple[tuple[int, int, int], dict[BaselineKey, BaselineEntry]]] = {}
+
+
 def read_cache_file(path: Path) -> dict[BaselineKey, BaselineEntry]:
     """One task type's cache file ({} when absent); a corrupt file is a :class:`DataFormatError`
-    naming it (never a raw JSON traceback)."""
+    naming it (never a raw JSON traceback). The result is a fresh dict (the caller may change
+    it); its entries are immutable."""
+    key = file_identity(path)
+    if key is None:
+        return {}
+    hit = _PARSED.get(path.absolute())
+    if hit is not None and hit[0] == key:
+        return dict(hit[1])
     data = read_json_object(path)
-    return {} if data is None else cache_from_dict(data, str(path))
+    entries = {} if data is None else cache_from_dict(data, str(path))
+    _PARSED[path.absolute()] = (key, entries)
+    return dict(entries)
 
 
 class BaselineCacheStore:

@@ -28,20 +28,32 @@ from __future__ import annotations
 import functools
 import json
 import shutil
+import threading
 import types
 import warnings
 from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import Field, asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any, Final, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Final, Union, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from trm_assets.harness.storage.runlog import RunLog
 
 from trm_assets.domain.edits import RejectedEdit
 from trm_assets.domain.errors import TrmError
 from trm_assets.evolution.types import SystemCasePack, ToolCasePack, to_jsonable
 from trm_assets.harness.data.config import RunConfig
-from trm_assets.harness.storage.atomic import atomic_write_text, file_identity, json_text
+from trm_assets.harness.storage.atomic import (
+    atomic_write_text,
+    before_every_write,
+    file_identity,
+    fsync_paths,
+    json_text,
+    take_unsynced,
+)
 from trm_assets.harness.storage.records import (
     BudgetLedger,
     CounterName,
@@ -324,22 +336,57 @@ def _typed_fields(tp: type) -> tuple[tuple[Field[Any], Any], ...]:
 _STATE_CACHE: dict[Path, tuple[tuple[int, int, int], str]] = {}
 
 
+# Checkpoints still landing (save_state_behind): path → (the text being written, its task).
+_LANDING: dict[Path, tuple[str, Future[None]]] = {}
+_LANDING_LOCK = threading.Lock()
+_COMMITTER = threading.local()  # set on the thread writing a checkpoint (it never waits for itself)
+_FAILED: list[BaseException] = []  # a checkpoint that failed after it left _LANDING
+_REPORTED: list[BaseException] = []  # the last errors raised (each is raised once)
+
+
+def wait_for_commits() -> None:
+    """Block until every checkpoint still landing has landed; raise the first one's error (the
+    unit it checkpointed then did not commit: a resume re-runs it)."""
+    if getattr(_COMMITTER, "active", False):
+        return
+    with _LANDING_LOCK:
+        futures = [f for _, f in _LANDING.values()]
+        failed = list(_FAILED)
+        _FAILED.clear()
+    errors = [*failed, *(e for f in futures if (e := f.exception()) is not None)]
+    with _LANDING_LOCK:
+        new = [e for e in errors if not any(e is r for r in _REPORTED)]
+        _REPORTED[:] = [*_REPORTED, *new][-8:]
+    if new:
+        raise new[0]
+
+
+before_every_write(wait_for_commits)
+
+
 def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
-    """The checkpoint at ``path`` (None if there is none), checked against ``cfg``."""
-    key = file_identity(path)
-    if key is None:
-        return None
-    cached = _STATE_CACHE.get(path.absolute())
-    text = cached[1] if cached is not None and cached[0] == key else None
-    if text is None:
-        text = path.read_text(encoding="utf-8")
+    """The checkpoint at ``path`` (None if there is none), checked against ``cfg``; a checkpoint
+    of this process still landing (:func:`save_state_behind`) is read from memory."""
+    with _LANDING_LOCK:
+        landing = _LANDING.get(path.absolute())
+    if landing is not None:
+        text: str | None = landing[0]
+    else:
+        key = file_identity(path)
+        if key is None:
+            return None
+        cached = _STATE_CACHE.get(path.absolute())
+        text = cached[1] if cached is not None and cached[0] == key else None
+        if text is None:
+            text = path.read_text(encoding="utf-8")
+        _STATE_CACHE[path.absolute()] = (key, text)
+    assert text is not None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
-    _STATE_CACHE[path.absolute()] = (key, text)
     state = state_from_dict(data, str(path))
     if state.structural_fingerprint != cfg.structural_fingerprint():
         raise CheckpointError(
@@ -360,14 +407,59 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
 
 
 def save_state(path: Path, state: TrainState, workspace: Path) -> None:
-    """Checkpoint: record the workspace mark, then write ``state.json`` atomically."""
+    """Checkpoint: record the workspace mark, sync what the unit wrote new with its sync
+    deferred (:func:`~trm_assets.harness.storage.atomic.deferred_sync`), then write
+    ``state.json`` atomically."""
+    wait_for_commits()
     state.workspace_mark = workspace_mark(workspace)
-    text = json_text(state_to_dict(state))
+    fsync_paths(take_unsynced())
+    _write_state(path, json_text(state_to_dict(state)))
+
+
+def _write_state(path: Path, text: str) -> None:
     _STATE_CACHE.pop(path.absolute(), None)
     atomic_write_text(path, text)
     key = file_identity(path)
     if key is not None:
         _STATE_CACHE[path.absolute()] = (key, text)
+
+
+def save_state_behind(path: Path, state: TrainState, workspace: Path, log: RunLog) -> None:
+    """The same checkpoint, landing behind the caller (``docs/decision-commit-behind.md``): the
+    workspace mark and the text are taken now; the run log's flush and the atomic write of
+    ``state.json`` run on the run log's writer thread, in that order. Until they have landed,
+    :func:`load_state` reads this text from memory, every atomic write of the process waits
+    (:func:`wait_for_commits`), and the run log writes the next rows after them — so the next
+    unit can open and send its first model calls, but nothing of it is durable before this
+    checkpoint is. A kill before it lands resumes this unit, as a kill inside a commit did.
+    Checkpoints land in the order they were taken (the writer thread takes its tasks in
+    order), so this one does not wait for the one before."""
+    state.workspace_mark = workspace_mark(workspace)
+    text = json_text(state_to_dict(state))
+    key = path.absolute()
+    unsynced = take_unsynced()
+
+    def land() -> None:
+        _COMMITTER.active = True
+        try:
+            fsync_paths(unsynced)
+            _write_state(path, text)
+        finally:
+            _COMMITTER.active = False
+
+    with _LANDING_LOCK:
+        fut = log.commit_behind(land)
+        _LANDING[key] = (text, fut)
+
+    def landed(f: Future[None]) -> None:  # landed or failed: the file is the truth again
+        with _LANDING_LOCK:
+            if key in _LANDING and _LANDING[key][1] is f:
+                del _LANDING[key]
+                error = f.exception()
+                if error is not None:
+                    _FAILED.append(error)
+
+    fut.add_done_callback(landed)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -122,6 +122,14 @@ def _cell(value: Any) -> Any:
     return value
 
 
+def prepare_tables(log: RunLog) -> None:
+    """Create the observation tables and read their schemas now (once per writer), so the first
+    write of a table in a unit does not wait for the run log's background writes."""
+    ensure_tables(log)
+    for table in OBS_DDL:
+        _schema(log, table)
+
+
 def write_rows(log: RunLog, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
     """Idempotent insert (``INSERT OR REPLACE`` on the primary key) of rows with equal keys.
 

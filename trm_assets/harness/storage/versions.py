@@ -47,7 +47,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trm_assets.domain.errors import TrmError, describe_validation_error
 from trm_assets.evolution.types import text_hash
-from trm_assets.harness.storage.atomic import atomic_write_json, storage_error
+from trm_assets.harness.storage.atomic import (
+    atomic_write_json,
+    json_text,
+    run_before_write,
+    storage_error,
+    sync_later,
+)
 
 META_FILE = "_meta.json"
 SEED_FILE = "seed.json"
@@ -339,14 +345,15 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _write_files(directory: Path, files: Mapping[str, str]) -> None:
+def _write_files(directory: Path, files: Mapping[str, str], *, sync: bool = True) -> None:
     for name in sorted(files):
         target = directory / check_relative_name(name)
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "w", encoding="utf-8", newline="") as fh:
             fh.write(files[name])
             fh.flush()
-            os.fsync(fh.fileno())
+            if sync:
+                os.fsync(fh.fileno())
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -403,12 +410,19 @@ def write_version(
         tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{version}-", dir=r))
     except OSError as e:
         raise storage_error(r / version, e, f"cannot write version {version}") from None
+    # inside a unit of work the fsyncs wait for its checkpoint (atomic.deferred_sync)
+    later = sync_later([]) is True
     try:
         try:
-            _write_files(tmp, files)
+            run_before_write()
+            _write_files(tmp, files, sync=not later)
+            with open(tmp / META_FILE, "w", encoding="utf-8", newline="") as fh:
+                fh.write(json_text(meta.model_dump(mode="json")))
+                fh.flush()
+                if not later:
+                    os.fsync(fh.fileno())
         except OSError as e:
             raise storage_error(r / version, e, f"cannot write version {version}") from None
-        atomic_write_json(tmp / META_FILE, meta.model_dump(mode="json"))
         try:
             os.rename(tmp, r / version)
         except OSError as e:
@@ -416,7 +430,11 @@ def write_version(
                 f"{r / version}: cannot create version {version} ({e.strerror}); another "
                 "writer may have created it — only one process may write a workspace at a time"
             ) from None
-        _fsync_dir(r)
+        if later:
+            done = r / version
+            sync_later([*(done / n for n in sorted(files)), done / META_FILE, done, r])
+        else:
+            _fsync_dir(r)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

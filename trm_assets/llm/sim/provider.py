@@ -33,6 +33,7 @@ from trm_assets.llm.protocol import ChatResponse, InfraError, Message, ToolCall,
 from trm_assets.llm.sim.agent import agent_reply
 from trm_assets.llm.sim.draws import digest, unit
 from trm_assets.llm.sim.evolver import diagnose_reply, evolve_reply, momentum_reply, unknown_reply
+from trm_assets.llm.sim.latency import wake_at
 from trm_assets.llm.sim.roles import SimReply, detect_role
 from trm_assets.llm.sim.world import SimWorld
 from trm_assets.llm.sim_config import SimConfig
@@ -200,9 +201,7 @@ async def complete(attempt: Attempt, t0: float, config: SimConfig, model: str) -
             "http_status", f"simulated HTTP {fault[1]} from model {model}", status=fault[1]
         )
     assert resp is not None
-    remaining = attempt.delay_ms / 1000.0 - (time.perf_counter() - t0)
-    if remaining > 0:
-        await asyncio.sleep(remaining)
+    await wake_at(t0 + attempt.delay_ms / 1000.0)
     return dataclasses.replace(resp, latency_s=time.perf_counter() - t0)
 
 

@@ -606,11 +606,11 @@ def test_kill_mid_unit_and_resume_is_identical(
         else:  # the momentum version exists, the slow step's checkpoint does not
             real_commit = session.UnitSession.commit
 
-            def commit_or_die(s: session.UnitSession) -> None:
+            def commit_or_die(s: session.UnitSession, *, behind: bool = False) -> None:
                 momentum = s.state.slow.momentum
                 if s.action.slow_step == 6 and momentum is not None and momentum.new_version:
                     raise _Killed
-                real_commit(s)
+                real_commit(s, behind=behind)
 
             mp.setattr(session.UnitSession, "commit", commit_or_die)
         with pytest.raises(_Killed):

@@ -71,9 +71,9 @@ def test_failure_mid_write_leaves_no_partial_version(
     real = store._write_files
     calls = {"n": 0}
 
-    def failing(directory: Path, files: dict[str, str]) -> None:
+    def failing(directory: Path, files: dict[str, str], *, sync: bool = True) -> None:
         calls["n"] += 1
-        real(directory, dict(list(files.items())[:1]))  # half the files, then the disk "fails"
+        real(directory, dict(list(files.items())[:1]), sync=sync)  # half, then the disk "fails"
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(store, "_write_files", failing)
