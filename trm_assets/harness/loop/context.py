@@ -15,6 +15,7 @@ receives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from collections import deque
@@ -126,6 +127,13 @@ class LoopContext:
             self._log = open_run_log(self.workspace)
             prepare_tables(self._log)
         return self._log
+
+    def flush_log_quietly(self) -> None:
+        """Write what the open run log buffers, if one is open; a failed write keeps the rows
+        buffered (for the close) and is not raised (the caller is raising its own error)."""
+        if self._log is not None and not self._log._closed:
+            with contextlib.suppress(Exception):
+                self._log.flush()
 
     def close_log(self) -> None:
         if self._log is not None:
@@ -284,6 +292,12 @@ class LoopContext:
         while self._later:
             self._later.pop(0)()
 
+    def forget_later(self) -> None:
+        """Drop the queued :meth:`after_next_launch` work of a unit that failed before its
+        commit (called when a unit opens): its records and cache entries belong to an attempt
+        the open rolls back, and must not be written after it."""
+        self._later.clear()
+
     async def rollouts(
         self,
         run_id: str,
@@ -332,9 +346,10 @@ class LoopContext:
             ),
             self.drain_later,
         )
-        for p in result.predictions:
-            if p.n_llm_calls:
-                self._calls_seen[p.question_id] = p.n_llm_calls
+        if not _test_pool_kind(kind):  # the test pool orders nothing (leakage), not even calls
+            for p in result.predictions:
+                if p.n_llm_calls:
+                    self._calls_seen[p.question_id] = p.n_llm_calls
         for o in self.observers:
             o.on_barrier(result)
         self._check_outage(result)
@@ -498,6 +513,12 @@ HEARTBEAT_S: Final = 1.0
 #: questions are served from earlier rollouts of the same prompt (step batches feed diagnosis
 #: traces and gates have their own reuse, so neither is served here).
 REUSE_KINDS: Final = frozenset({"seed_eval", "slow_R", "slow_R2", "holdout"})
+
+
+def _test_pool_kind(kind: str) -> bool:
+    """Runs over the held-out test pool (``holdout``) or a ``trm eval`` (``eval_*``): their
+    model-call counts must not order later barriers (:meth:`LoopContext._longest_first`)."""
+    return kind == "holdout" or kind.startswith("eval_")
 
 
 def _question(spec: RolloutSpec) -> Question:

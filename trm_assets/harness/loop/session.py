@@ -84,6 +84,7 @@ def cache_prefix(base: str, action: Action) -> str:
 def open_session(ctx: LoopContext, action: Action, *, echo: Echo | None = None) -> UnitSession:
     """Open ``action`` (see the module docstring); ``init`` starts from a new state."""
     paths = ctx.paths
+    ctx.forget_later()
     if action.kind == "init":
         existing = load_state(paths.state, ctx.cfg)
         if existing is not None and existing.initialized:

@@ -340,7 +340,7 @@ _STATE_CACHE: dict[Path, tuple[tuple[int, int, int], str]] = {}
 _LANDING: dict[Path, tuple[str, Future[None]]] = {}
 _LANDING_LOCK = threading.Lock()
 _COMMITTER = threading.local()  # set on the thread writing a checkpoint (it never waits for itself)
-_FAILED: list[BaseException] = []  # a checkpoint that failed after it left _LANDING
+_INFLIGHT: list[Future[None]] = []  # every checkpoint task whose outcome is not yet reported
 _REPORTED: list[BaseException] = []  # the last errors raised (each is raised once)
 
 
@@ -350,10 +350,23 @@ def wait_for_commits() -> None:
     if getattr(_COMMITTER, "active", False):
         return
     with _LANDING_LOCK:
-        futures = [f for _, f in _LANDING.values()]
-        failed = list(_FAILED)
-        _FAILED.clear()
-    errors = [*failed, *(e for f in futures if (e := f.exception()) is not None)]
+        futures = list(_INFLIGHT)
+    errors = [e for f in futures if (e := f.exception()) is not None]  # waits, in order
+    with _LANDING_LOCK:
+        _INFLIGHT[:] = [f for f in _INFLIGHT if not any(f is g for g in futures)]
+    _raise_new(errors)
+
+
+def _failed_landings() -> list[BaseException]:
+    """The errors of checkpoint tasks that have already failed (no wait); the finished tasks
+    leave :data:`_INFLIGHT`. Call with ``_LANDING_LOCK`` held."""
+    done = [f for f in _INFLIGHT if f.done()]
+    _INFLIGHT[:] = [f for f in _INFLIGHT if not f.done()]
+    return [e for f in done if (e := f.exception()) is not None]
+
+
+def _raise_new(errors: list[BaseException]) -> None:
+    """Raise the first of ``errors`` not raised before (each failure is raised once)."""
     with _LANDING_LOCK:
         new = [e for e in errors if not any(e is r for r in _REPORTED)]
         _REPORTED[:] = [*_REPORTED, *new][-8:]
@@ -369,6 +382,12 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
     of this process still landing (:func:`save_state_behind`) is read from memory."""
     with _LANDING_LOCK:
         landing = _LANDING.get(path.absolute())
+        failed = _failed_landings()
+    # A checkpoint of this process that failed to land: the file is behind the units this
+    # process ran, so planning from it would run a unit again in this process (rolling back
+    # what it wrote). Its error is raised here, before anything is planned; a resume starts
+    # from the file.
+    _raise_new(failed)
     if landing is not None:
         text: str | None = landing[0]
     else:
@@ -450,14 +469,12 @@ def save_state_behind(path: Path, state: TrainState, workspace: Path, log: RunLo
     with _LANDING_LOCK:
         fut = log.commit_behind(land)
         _LANDING[key] = (text, fut)
+        _INFLIGHT.append(fut)  # its error is raised even if a later checkpoint replaces it
 
     def landed(f: Future[None]) -> None:  # landed or failed: the file is the truth again
         with _LANDING_LOCK:
             if key in _LANDING and _LANDING[key][1] is f:
                 del _LANDING[key]
-                error = f.exception()
-                if error is not None:
-                    _FAILED.append(error)
 
     fut.add_done_callback(landed)
 

@@ -31,7 +31,6 @@ writer/reader split would split the schema they share.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -43,7 +42,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -51,7 +50,6 @@ import pandas as pd
 from trm_assets.domain.errors import TrmError
 
 SCHEMA_VERSION = 1
-T = TypeVar("T")
 
 #: Flag kinds (one ``flags`` table with a ``kind`` column; see docs/decision-run-log-flags.md).
 FLAG_VALIDATION = "validation"  # answer-format problems (free-text answer, no letter, bad letter)
@@ -484,6 +482,7 @@ class RunLog(_Queries):
         # flush_behind() / commit_behind() tasks not yet joined, on the one writer thread
         self._queued: list[Future[Any]] = []
         self._writer: ThreadPoolExecutor | None = None
+        self._behind_error: BaseException | None = None  # set by a failed task, until joined
         self._closed = False
         target = ":memory:" if str(path) == ":memory:" else str(self.path)
         if target != ":memory:":
@@ -742,7 +741,7 @@ class RunLog(_Queries):
         run: its last rows are written while the caller goes on). The next :meth:`flush`, read
         or :meth:`close` waits for it first and raises its error, so a checkpoint taken after a
         flush never runs ahead of the rows."""
-        self._submit(functools.partial(self._write_taken, self._take(behind=True)))
+        self._submit(behind=True)
 
     def commit_behind(self, then: Callable[[], None]) -> Future[None]:
         """Flush everything buffered (as :meth:`flush`), then run ``then`` (the checkpoint's
@@ -750,32 +749,49 @@ class RunLog(_Queries):
         takes its tasks in order, so rows buffered later are written after ``then``. The next
         :meth:`flush`, read or :meth:`close` waits for it and raises its error."""
 
-        taken = self._take(behind=False)
+        return self._submit(behind=False, then=then)
 
-        def task() -> None:
-            self._write_taken(taken)
-            then()
-
-        return self._submit(task)
-
-    def _submit(self, task: Callable[[], T]) -> Future[T]:
-        """Queue ``task`` on the writer's one background thread (started once: a thread start per
-        barrier cost the event loop ≈ 0.5 ms of GIL hand-over). An earlier task's error is raised
-        here if it has already failed, else by the next join."""
-        done = [f for f in self._queued if f.done()]
+    def _submit(self, *, behind: bool, then: Callable[[], None] | None = None) -> Future[None]:
+        """Take what is buffered now and queue its write (then ``then``) on the writer's one
+        background thread (started once: a thread start per barrier cost the event loop
+        ≈ 0.5 ms of GIL hand-over). An earlier task's error is raised here, before anything is
+        taken, if it has already failed; else by the next join. After a task has failed, every
+        task queued behind it puts its rows back and fails too (nothing after a failed write —
+        a checkpoint least of all — may land ahead of it)."""
+        if any(f.done() and f.exception() is not None for f in self._queued):
+            self._join_behind()
         self._queued = [f for f in self._queued if not f.done()]
-        for f in done:
-            f.result()
+        taken = self._take(behind=behind)
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"runlog-{self.path.name}")
-        fut = self._writer.submit(task)
+        fut = self._writer.submit(self._write_behind, taken, then)
         self._queued.append(fut)
         return fut
 
+    def _write_behind(self, taken: _Taken, then: Callable[[], None] | None) -> None:
+        """One queued task, on the writer thread."""
+        if self._behind_error is not None:
+            self._restore(taken)
+            raise RunLogError(
+                f"{self.path}: not written, an earlier background write of the run log failed "
+                f"({type(self._behind_error).__name__}: {_first_line(self._behind_error)})"
+            )
+        try:
+            self._write_taken(taken)
+            if then is not None:
+                then()
+        except BaseException as e:
+            self._behind_error = e
+            raise
+
     def _join_behind(self) -> None:
+        """Wait for every queued task, then raise the first one's error (the tasks behind a
+        failed one have put their rows back; the next write retries them)."""
         queued, self._queued = self._queued, []
-        for f in queued:
-            f.result()  # re-raises the background task's error
+        errors = [e for f in queued if (e := f.exception()) is not None]
+        self._behind_error = None
+        if errors:
+            raise errors[0]  # re-raises the background task's error
 
     # -- rollouts ----------------------------------------------------------------------------
 
@@ -901,6 +917,16 @@ class RunLog(_Queries):
                 deferred, self._deferred = self._deferred, []
         return batch, begins, deferred
 
+    def _restore(self, taken: _Taken) -> None:
+        """Put rows taken for a write that did not happen back, for the next flush (newer rows
+        of the same key win)."""
+        batch, begins, deferred = taken
+        with self._buf_lock:
+            for k, v in batch.items():
+                self._buffer.setdefault(k, v)
+            self._begins[:0] = begins
+            self._deferred[:0] = deferred
+
     def _write_taken(self, taken: _Taken) -> int:
         batch, begins, deferred = taken
         if not batch and not begins and not deferred:
@@ -917,11 +943,7 @@ class RunLog(_Queries):
         except duckdb.ConstraintException:
             raise  # a bug in the rows: retrying the same rows cannot succeed
         except BaseException as e:
-            with self._buf_lock:  # keep everything for the next flush (unless newer rows arrived)
-                for k, v in batch.items():
-                    self._buffer.setdefault(k, v)
-                self._begins[:0] = begins
-                self._deferred[:0] = deferred
+            self._restore(taken)
             if isinstance(e, duckdb.IOException) and is_disk_full(e):
                 raise RunLogError(
                     f"{self.path}: cannot write the run log: disk full ({_first_line(e)}); free "

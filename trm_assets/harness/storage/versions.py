@@ -356,6 +356,13 @@ def _write_files(directory: Path, files: Mapping[str, str], *, sync: bool = True
                 os.fsync(fh.fileno())
 
 
+def _subdirs(files: Mapping[str, str]) -> list[str]:
+    """The directories below a version's root that its files sit in, deepest first (each
+    directory's entry is synced before its parent's)."""
+    dirs = {str(p) for n in files for p in PurePosixPath(n).parents if str(p) != "."}
+    return sorted(dirs, key=lambda d: (-d.count("/"), d))
+
+
 def _fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -421,6 +428,10 @@ def write_version(
                 fh.flush()
                 if not later:
                     os.fsync(fh.fileno())
+            if not later:  # the entries of nested files (tools/x.md), then the version's own
+                for d in _subdirs(files):
+                    _fsync_dir(tmp / d)
+                _fsync_dir(tmp)
         except OSError as e:
             raise storage_error(r / version, e, f"cannot write version {version}") from None
         try:
@@ -432,7 +443,15 @@ def write_version(
             ) from None
         if later:
             done = r / version
-            sync_later([*(done / n for n in sorted(files)), done / META_FILE, done, r])
+            sync_later(
+                [
+                    *(done / n for n in sorted(files)),
+                    done / META_FILE,
+                    *(done / d for d in _subdirs(files)),
+                    done,
+                    r,
+                ]
+            )
         else:
             _fsync_dir(r)
     finally:

@@ -6,23 +6,30 @@ surfaced; the step's diagnosis reads its rows from memory; new versions synced b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from trm_assets.agent.tools import Toolbox
 from trm_assets.evolution.diagnosis import failed_cases
+from trm_assets.harness.loop import session as session_mod
+from trm_assets.harness.loop import units as units_mod
 from trm_assets.harness.loop.context import loop_context
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.rollouts import run_inference
-from trm_assets.harness.loop.runner import current_action, run_action
+from trm_assets.harness.loop.runner import current_action, run_action, train
+from trm_assets.harness.loop.session import open_session
+from trm_assets.harness.loop.step import evaluate
 from trm_assets.harness.storage import checkpoint
 from trm_assets.harness.storage.atomic import atomic_write_text, deferred_sync, take_unsynced
 from trm_assets.harness.storage.checkpoint import load_state, wait_for_commits
-from trm_assets.harness.storage.runlog import RunLog
+from trm_assets.harness.storage.runlog import RunLog, RunLogError
 from trm_assets.harness.storage.versions import write_version
 from trm_assets.llm.factory import build_providers
 from trm_assets_tests.agent.fixtures import (
@@ -52,7 +59,7 @@ def test_a_checkpoint_behind_is_read_from_memory_and_lands_before_the_next_write
     before = state_path.read_text(encoding="utf-8")
     release = threading.Event()
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
-        ctx.log._submit(release.wait)  # the writer thread is busy: the checkpoint must queue
+        ctx.log._submit(behind=True, then=release.wait)  # the writer is busy: the checkpoint queues
         run_action(ctx, Action("step", epoch=0, step=0), behind=True)
         assert state_path.read_text(encoding="utf-8") == before  # not landed yet
         state = load_state(state_path, cfg)  # type: ignore[arg-type]
@@ -129,8 +136,193 @@ def test_new_versions_of_a_unit_are_synced_by_its_checkpoint(tmp_path: Path) -> 
     write_version(root, {"a.md": "1\n"}, parent=None, reason="outside a unit")
     assert take_unsynced() == []  # synced at once
     with deferred_sync():
-        meta = write_version(root, {"a.md": "2\n"}, parent="v1", reason="in a unit")
+        files = {"a.md": "2\n", "tools/deep/x.md": "x\n", "tools/y.md": "y\n"}
+        meta = write_version(root, files, parent="v1", reason="in a unit")
         queued = take_unsynced()
     done = root / meta.version
-    assert set(queued) == {done / "a.md", done / "_meta.json", done, root}
+    assert queued == [
+        done / "a.md",
+        done / "tools/deep/x.md",
+        done / "tools/y.md",
+        done / "_meta.json",
+        done / "tools/deep",  # each nested directory's entry, deepest first, before the root's
+        done / "tools",
+        done,
+        root,
+    ]
     assert take_unsynced() == []
+
+
+def _fails_once() -> tuple[list[int], object]:
+    fired: list[int] = []
+
+    def write(con: object) -> None:
+        if not fired:
+            fired.append(1)
+            raise duckdb.IOException("IO Error: No space left on device")
+
+    return fired, write
+
+
+def test_a_checkpoint_does_not_land_behind_a_failed_write_of_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step's last rows are written behind (disk full once); the checkpoint queued after
+    them must not land: ``train`` raises, ``state.json`` still names the step, and the rows the
+    failed write took are written by the next flush (review of 64afb8c, finding 1)."""
+    ws, cfg = _initialized(tmp_path)
+    before = json.loads((ws / "state.json").read_text(encoding="utf-8"))
+    fired, fail_once = _fails_once()
+    orig = session_mod.UnitSession.commit
+
+    def commit(self: session_mod.UnitSession, *, behind: bool = False) -> None:
+        self.ctx.log.defer(fail_once)  # type: ignore[arg-type]  # with the last barrier's rows
+        orig(self, behind=behind)
+
+    monkeypatch.setattr(session_mod.UnitSession, "commit", commit)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
+        with pytest.raises(RunLogError, match="disk full"):
+            train(ctx, max_units=1)
+        assert fired == [1]
+        after = json.loads((ws / "state.json").read_text(encoding="utf-8"))
+        assert after == before and after["next_step"] == 0  # the step is not checkpointed
+        with pytest.raises(RunLogError, match="disk full"):
+            ctx.log.flush()  # the writer reports its own first failure once …
+        ctx.log.flush()  # … then writes what the failed task and the skipped one took
+        runs = ctx.log.query("SELECT run_id, status FROM runs WHERE run_id LIKE 'train_e0_s0%'")
+        assert runs and {r["status"] for r in runs} == {"done"}
+        n = ctx.log.query("SELECT count(*) AS n FROM predictions WHERE run_id = 'train_e0_s0'")
+        assert n[0]["n"] == cfg.batch_size
+
+
+def test_a_replaced_landing_that_failed_is_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two checkpoints in flight, the first fails after the second replaced its entry: the
+    failure is raised by :func:`wait_for_commits`, the second is not written, and the next
+    plan (:func:`load_state`) sees the error, not the older file (review finding 2)."""
+    ws, cfg = _initialized(tmp_path)
+    before = (ws / "state.json").read_text(encoding="utf-8")
+    written: list[str] = []
+    real = checkpoint._write_state
+
+    def flaky(path: Path, text: str) -> None:
+        written.append(text)
+        if len(written) == 1:
+            raise OSError(28, "No space left on device")
+        real(path, text)
+
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
+        st = load_state(ctx.paths.state, cfg)  # type: ignore[arg-type]
+        assert st is not None
+        release = threading.Event()
+        ctx.log._submit(behind=True, then=release.wait)  # type: ignore[arg-type]
+        monkeypatch.setattr(checkpoint, "_write_state", flaky)
+        checkpoint.save_state_behind(ctx.paths.state, st, ws, ctx.log)
+        st.next_step = 1
+        checkpoint.save_state_behind(ctx.paths.state, st, ws, ctx.log)
+        release.set()
+        with pytest.raises(OSError, match="No space"):
+            wait_for_commits()
+        assert len(written) == 1  # the second checkpoint did not land behind the failed one
+        assert (ws / "state.json").read_text(encoding="utf-8") == before
+        with pytest.raises(OSError, match="No space"):
+            ctx.log.flush()  # the writer reports its first failure, then works again
+        ctx.log.flush()
+
+
+def test_a_failed_landing_stops_the_next_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A landing that failed while the next unit was being planned: :func:`load_state` raises
+    it instead of reading the older file and planning the same unit again in this process."""
+    ws, cfg = _initialized(tmp_path)
+
+    def full(path: Path, text: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
+        with monkeypatch.context() as mp:
+            mp.setattr(checkpoint, "_write_state", full)
+            run_action(ctx, Action("step", epoch=0, step=0), behind=True)
+            with pytest.raises(OSError, match="No space"):
+                ctx.log._join_behind()  # the landing has failed (the writer reports it)
+        with pytest.raises(OSError, match="No space"):
+            current_action(ctx)  # not "step e0 s0" again
+        assert current_action(ctx) == Action("step", epoch=0, step=0)  # raised once; the file
+
+
+def test_rows_handed_to_a_failed_writer_are_kept(tmp_path: Path) -> None:
+    """After a background write failed, the next hand-over raises before it takes anything,
+    and every row the failed and the skipped tasks took is written by the next flush."""
+    with RunLog.open(tmp_path / "runs.duckdb") as log:
+        log.begin_run("r", kind="step", defer=False)
+        release = threading.Event()
+        log._submit(behind=True, then=release.wait)  # type: ignore[arg-type]
+        fired, fail_once = _fails_once()
+        log.defer(fail_once)  # type: ignore[arg-type]
+        log.flush_behind()  # fails on the writer thread
+        seen: list[int] = []
+        log.defer(lambda con: seen.append(1))
+        log.flush_behind()  # queued behind the failure: skipped, its statement put back
+        release.set()
+        time.sleep(0.2)
+        log.defer(lambda con: seen.append(2))
+        with pytest.raises(RunLogError, match="disk full"):
+            log.flush_behind()  # raises before taking the new statement
+        assert seen == []
+        log.flush()
+        assert fired == [1] and seen == [1, 2]  # nothing dropped, in order
+
+
+def test_the_test_pool_orders_no_barrier_and_a_failed_units_bookkeeping_is_dropped(
+    tmp_path: Path,
+) -> None:
+    """Review findings 3–4: a held-out run's call counts never reach the longest-first order
+    (the test pool must not influence anything, not even a start order), and work queued for
+    after the next launch by a unit that failed is dropped when the next unit opens."""
+    ws, cfg = _initialized(tmp_path)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
+        test_qs = ctx.pool_questions("test")
+        asyncio.run(evaluate(ctx, "probe_holdout", "v1", "v1", test_qs, "holdout"))
+        assert not {q.question_id for q in test_qs} & set(ctx._calls_seen)
+        val_qs = ctx.pool_questions("validation")[:4]
+        asyncio.run(evaluate(ctx, "probe_val", "v1", "v1", val_qs, "slow_R"))
+        assert {q.question_id for q in val_qs} <= set(ctx._calls_seen)
+        ctx.drain_later()
+        seen: list[int] = []
+        ctx.after_next_launch(lambda: seen.append(1))  # left by an attempt that raised
+        session = open_session(ctx, current_action(ctx))
+        ctx.drain_later()
+        assert seen == [] and session.action == Action("step", epoch=0, step=0)
+
+
+def test_a_failed_units_rows_are_written_before_its_lock_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review finding 5: a unit run through :func:`run_unit` (the Dagster path) that fails
+    writes its buffered rollout rows while it still holds the workspace lock."""
+    ws, cfg = _initialized(tmp_path)
+    pending_at_release: list[int] = []
+    written: list[int] = []
+    real_lock = units_mod.workspace_lock
+
+    @contextlib.contextmanager
+    def recording_lock(workspace: Path, *, command: str) -> Iterator[object]:
+        with real_lock(workspace, command=command) as holder:
+            try:
+                yield holder
+            finally:
+                pending_at_release.append(len(written))
+
+    def boom(self: session_mod.UnitSession, *, behind: bool = False) -> None:
+        # something the unit left buffered for the next foreground flush
+        self.ctx.log.defer(lambda con: written.append(1), behind=False)
+        raise RuntimeError("the unit failed before its commit")
+
+    monkeypatch.setattr(session_mod.UnitSession, "commit", boom)
+    monkeypatch.setattr(units_mod, "workspace_lock", recording_lock)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
+        with pytest.raises(RuntimeError, match="before its commit"):
+            units_mod.run_unit(ctx, Action("step", epoch=0, step=0))
+        assert pending_at_release == [1]  # written when the lock was released
