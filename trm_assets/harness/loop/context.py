@@ -133,6 +133,8 @@ class LoopContext:
         buffered (for the close) and is not raised (the caller is raising its own error)."""
         if self._log is not None and not self._log._closed:
             with contextlib.suppress(Exception):
+                self._log._join_behind()  # a failed background write is reported elsewhere
+            with contextlib.suppress(Exception):
                 self._log.flush()
 
     def close_log(self) -> None:

@@ -15,7 +15,8 @@ Dagster ops (their names and descriptions) and the sensor (through the planner) 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,8 +154,22 @@ def train(
 ) -> TrainSummary:
     """Run units until ``done`` (or ``max_units``); resumes from whatever the state says,
     holding the workspace's writer lock throughout (issue 18.1)."""
-    with workspace_lock(ctx.workspace, command="train"):
+    with writer_lock(ctx, "train"):
         return _train(ctx, max_units=max_units, echo=echo, on_unit=on_unit)
+
+
+@contextlib.contextmanager
+def writer_lock(ctx: LoopContext, command: str) -> Iterator[None]:
+    """The workspace's writer lock around a unit or an epoch. A unit that fails leaves its
+    rollout rows buffered (the pessimistic rows of what it sent): they are written before the
+    lock is released, not by a log close after it (best effort: a write that fails again keeps
+    them buffered for that close)."""
+    with workspace_lock(ctx.workspace, command=command):
+        try:
+            yield
+        except BaseException:
+            ctx.flush_log_quietly()
+            raise
 
 
 def _train(

@@ -8,15 +8,13 @@ the Dagster ops and assets call these functions.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Literal
 
 from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.loop.context import LoopContext
 from trm_assets.harness.loop.plan import N_SLOW_STEPS, Action
-from trm_assets.harness.loop.runner import current_action, run_action
-from trm_assets.harness.storage.lock import workspace_lock
+from trm_assets.harness.loop.runner import current_action, run_action, writer_lock
 
 UnitStatus = Literal["done", "next", "later"]
 Echo = Callable[[str], None]
@@ -69,22 +67,8 @@ def unit_key(action: Action) -> str:
 def run_unit(ctx: LoopContext, unit: Action, *, echo: Echo | None = None) -> bool:
     """Run ``unit`` if it is next, holding the workspace's writer lock (issue 18.1) for the whole
     unit; see :func:`_run_unit`."""
-    with _writing(ctx, f"unit {unit_key(unit)}"):
+    with writer_lock(ctx, f"unit {unit_key(unit)}"):
         return _run_unit(ctx, unit, echo=echo)
-
-
-@contextlib.contextmanager
-def _writing(ctx: LoopContext, command: str) -> Iterator[None]:
-    """The workspace's writer lock around a unit or an epoch. A unit that fails leaves its
-    rollout rows buffered (the pessimistic rows of what it sent): they are written before the
-    lock is released, not by a log close after it (best effort: a write that fails again keeps
-    them buffered for that close)."""
-    with workspace_lock(ctx.workspace, command=command):
-        try:
-            yield
-        except BaseException:
-            ctx.flush_log_quietly()
-            raise
 
 
 def _run_unit(ctx: LoopContext, unit: Action, *, echo: Echo | None = None) -> bool:
@@ -123,7 +107,7 @@ def run_epoch(
     :class:`UnitOrderError` when an earlier epoch is not complete. Holds the workspace's writer
     lock throughout.
     """
-    with _writing(ctx, f"epoch e{epoch}"):
+    with writer_lock(ctx, f"epoch e{epoch}"):
         ran = 0
         while True:
             nxt = current_action(ctx)

@@ -340,7 +340,8 @@ _STATE_CACHE: dict[Path, tuple[tuple[int, int, int], str]] = {}
 _LANDING: dict[Path, tuple[str, Future[None]]] = {}
 _LANDING_LOCK = threading.Lock()
 _COMMITTER = threading.local()  # set on the thread writing a checkpoint (it never waits for itself)
-_INFLIGHT: list[Future[None]] = []  # every checkpoint task whose outcome is not yet reported
+# every checkpoint task whose outcome is not yet reported, with its state file
+_INFLIGHT: list[tuple[Path, Future[None]]] = []
 _REPORTED: list[BaseException] = []  # the last errors raised (each is raised once)
 
 
@@ -350,19 +351,22 @@ def wait_for_commits() -> None:
     if getattr(_COMMITTER, "active", False):
         return
     with _LANDING_LOCK:
-        futures = list(_INFLIGHT)
+        futures = [f for _, f in _INFLIGHT]
     errors = [e for f in futures if (e := f.exception()) is not None]  # waits, in order
     with _LANDING_LOCK:
-        _INFLIGHT[:] = [f for f in _INFLIGHT if not any(f is g for g in futures)]
+        _INFLIGHT[:] = [(p, f) for p, f in _INFLIGHT if not any(f is g for g in futures)]
     _raise_new(errors)
 
 
-def _failed_landings() -> list[BaseException]:
+def _failed_landings(key: Path) -> list[BaseException]:
     """The errors of checkpoint tasks that have already failed (no wait); the finished tasks
-    leave :data:`_INFLIGHT`. Call with ``_LANDING_LOCK`` held."""
-    done = [f for f in _INFLIGHT if f.done()]
-    _INFLIGHT[:] = [f for f in _INFLIGHT if not f.done()]
-    return [e for f in done if (e := f.exception()) is not None]
+    of ``key`` (a state file) and the ones that landed leave :data:`_INFLIGHT`; another
+    workspace's failure stays for :func:`wait_for_commits`. Call with ``_LANDING_LOCK`` held."""
+    mine = [f for p, f in _INFLIGHT if p == key and f.done()]
+    _INFLIGHT[:] = [
+        (p, f) for p, f in _INFLIGHT if not f.done() or (p != key and f.exception() is not None)
+    ]
+    return [e for f in mine if (e := f.exception()) is not None]
 
 
 def _raise_new(errors: list[BaseException]) -> None:
@@ -382,7 +386,7 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
     of this process still landing (:func:`save_state_behind`) is read from memory."""
     with _LANDING_LOCK:
         landing = _LANDING.get(path.absolute())
-        failed = _failed_landings()
+        failed = _failed_landings(path.absolute())
     # A checkpoint of this process that failed to land: the file is behind the units this
     # process ran, so planning from it would run a unit again in this process (rolling back
     # what it wrote). Its error is raised here, before anything is planned; a resume starts
@@ -469,7 +473,7 @@ def save_state_behind(path: Path, state: TrainState, workspace: Path, log: RunLo
     with _LANDING_LOCK:
         fut = log.commit_behind(land)
         _LANDING[key] = (text, fut)
-        _INFLIGHT.append(fut)  # its error is raised even if a later checkpoint replaces it
+        _INFLIGHT.append((key, fut))  # its error is raised even if a later checkpoint replaces it
 
     def landed(f: Future[None]) -> None:  # landed or failed: the file is the truth again
         with _LANDING_LOCK:

@@ -31,6 +31,7 @@ writer/reader split would split the schema they share.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -473,9 +474,12 @@ class RunLog(_Queries):
         # (finish_run, observation rows; written after). Then the runs this writer created, with
         # the keys it has written for each: rows of other keys are new, so they take the
         # plain-INSERT path of _write_batch.
-        self._begins: list[Callable[[duckdb.DuckDBPyConnection], str | None]] = []
+        # Each entry carries its call number, so rows put back after a failed write (_restore)
+        # take their place in call order again.
+        self._begins: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], str | None]]] = []
         # deferred statements, each with whether a flush_behind may run it (see defer)
-        self._deferred: list[tuple[Callable[[duckdb.DuckDBPyConnection], Any], bool]] = []
+        self._deferred: list[tuple[int, Callable[[duckdb.DuckDBPyConnection], Any], bool]] = []
+        self._calls = itertools.count()
         self._fresh: dict[str, set[tuple[str, int]]] = {}
         # the rows of the last runs given, by run: (question id, replicate) → (prediction, traces)
         self._recent: OrderedDict[str, dict[tuple[str, int], tuple[Any, Any]]] = OrderedDict()
@@ -673,7 +677,7 @@ class RunLog(_Queries):
 
         if defer:
             with self._buf_lock:
-                self._begins.append(write)
+                self._begins.append((next(self._calls), write))
             return
         self._join_behind()  # after what is queued on the writer thread, as the calls were made
         with self.transaction() as con:
@@ -728,7 +732,7 @@ class RunLog(_Queries):
         a :meth:`flush_behind` writes the rollouts and the other deferred statements and keeps
         it queued, so writes that merge until then cost one statement, not one per barrier."""
         with self._buf_lock:
-            self._deferred.append((write, behind))
+            self._deferred.append((next(self._calls), write, behind))
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         """Run a SELECT after writing what is buffered (the writer reads its own writes)."""
@@ -758,15 +762,26 @@ class RunLog(_Queries):
         taken, if it has already failed; else by the next join. After a task has failed, every
         task queued behind it puts its rows back and fails too (nothing after a failed write —
         a checkpoint least of all — may land ahead of it)."""
-        if any(f.done() and f.exception() is not None for f in self._queued):
-            self._join_behind()
-        self._queued = [f for f in self._queued if not f.done()]
+        self._raise_finished_failure()
         taken = self._take(behind=behind)
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"runlog-{self.path.name}")
         fut = self._writer.submit(self._write_behind, taken, then)
         self._queued.append(fut)
         return fut
+
+    def _raise_finished_failure(self) -> None:
+        """Forget the finished tasks and raise the first one's error, without waiting for the
+        others (a caller may hold a lock a finishing task's callback needs)."""
+        done = [f for f in self._queued if f.done()]
+        if not done:
+            return
+        self._queued = [f for f in self._queued if not f.done()]
+        errors = [e for f in done if (e := f.exception()) is not None]
+        if not self._queued:
+            self._behind_error = None  # every failed task is accounted for
+        if errors:
+            raise errors[0]
 
     def _write_behind(self, taken: _Taken, then: Callable[[], None] | None) -> None:
         """One queued task, on the writer thread."""
@@ -911,21 +926,21 @@ class RunLog(_Queries):
             batch, self._buffer = self._buffer, {}
             begins, self._begins = self._begins, []
             if behind:
-                deferred = [d for d in self._deferred if d[1]]
-                self._deferred = [d for d in self._deferred if not d[1]]
+                deferred = [d for d in self._deferred if d[2]]
+                self._deferred = [d for d in self._deferred if not d[2]]
             else:
                 deferred, self._deferred = self._deferred, []
         return batch, begins, deferred
 
     def _restore(self, taken: _Taken) -> None:
         """Put rows taken for a write that did not happen back, for the next flush (newer rows
-        of the same key win)."""
+        of the same key win; statements in call order among those buffered since)."""
         batch, begins, deferred = taken
         with self._buf_lock:
             for k, v in batch.items():
                 self._buffer.setdefault(k, v)
-            self._begins[:0] = begins
-            self._deferred[:0] = deferred
+            self._begins = sorted([*begins, *self._begins], key=lambda b: b[0])
+            self._deferred = sorted([*deferred, *self._deferred], key=lambda d: d[0])
 
     def _write_taken(self, taken: _Taken) -> int:
         batch, begins, deferred = taken
@@ -935,10 +950,10 @@ class RunLog(_Queries):
         try:
             with self.transaction() as con:
                 # Run rows first: a run created here makes its rollouts new keys.
-                created = [r for w in begins if (r := w(con)) is not None]
+                created = [r for _, w in begins if (r := w(con)) is not None]
                 if batch:
                     _write_batch(con, batch, {**{r: set() for r in created}, **self._fresh})
-                for w, _ in deferred:
+                for _, w, _ in deferred:
                     w(con)
         except duckdb.ConstraintException:
             raise  # a bug in the rows: retrying the same rows cannot succeed
@@ -998,8 +1013,8 @@ class RecentRows:
 # a flush's rows: the rollout batch, the queued run rows, the deferred statements
 _Taken = tuple[
     "Batch",
-    list[Callable[[duckdb.DuckDBPyConnection], "str | None"]],
-    list[tuple[Callable[[duckdb.DuckDBPyConnection], Any], bool]],
+    list[tuple[int, Callable[[duckdb.DuckDBPyConnection], "str | None"]]],
+    list[tuple[int, Callable[[duckdb.DuckDBPyConnection], Any], bool]],
 ]
 
 _KEY = "run_id, question_id, replicate"

@@ -6,11 +6,12 @@ surfaced; the step's diagnosis reads its rows from memory; new versions synced b
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
@@ -18,6 +19,7 @@ import pytest
 
 from trm_assets.agent.tools import Toolbox
 from trm_assets.evolution.diagnosis import failed_cases
+from trm_assets.harness.loop import runner as runner_mod
 from trm_assets.harness.loop import session as session_mod
 from trm_assets.harness.loop import units as units_mod
 from trm_assets.harness.loop.context import loop_context
@@ -169,7 +171,8 @@ def test_a_checkpoint_does_not_land_behind_a_failed_write_of_its_rows(
 ) -> None:
     """The step's last rows are written behind (disk full once); the checkpoint queued after
     them must not land: ``train`` raises, ``state.json`` still names the step, and the rows the
-    failed write took are written by the next flush (review of 64afb8c, finding 1)."""
+    failed write and the skipped checkpoint took are written before the lock is released
+    (review of 64afb8c, finding 1)."""
     ws, cfg = _initialized(tmp_path)
     before = json.loads((ws / "state.json").read_text(encoding="utf-8"))
     fired, fail_once = _fails_once()
@@ -186,9 +189,7 @@ def test_a_checkpoint_does_not_land_behind_a_failed_write_of_its_rows(
         assert fired == [1]
         after = json.loads((ws / "state.json").read_text(encoding="utf-8"))
         assert after == before and after["next_step"] == 0  # the step is not checkpointed
-        with pytest.raises(RunLogError, match="disk full"):
-            ctx.log.flush()  # the writer reports its own first failure once …
-        ctx.log.flush()  # … then writes what the failed task and the skipped one took
+        assert ctx.log.pending == 0 and not ctx.log._deferred  # written before the unlock:
         runs = ctx.log.query("SELECT run_id, status FROM runs WHERE run_id LIKE 'train_e0_s0%'")
         assert runs and {r["status"] for r in runs} == {"done"}
         n = ctx.log.query("SELECT count(*) AS n FROM predictions WHERE run_id = 'train_e0_s0'")
@@ -235,8 +236,10 @@ def test_a_failed_landing_stops_the_next_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A landing that failed while the next unit was being planned: :func:`load_state` raises
-    it instead of reading the older file and planning the same unit again in this process."""
+    it instead of reading the older file and planning the same unit again in this process;
+    another workspace's plan is not stopped by it."""
     ws, cfg = _initialized(tmp_path)
+    other, _ = _initialized(tmp_path / "other")
 
     def full(path: Path, text: str) -> None:
         raise OSError(28, "No space left on device")
@@ -247,15 +250,19 @@ def test_a_failed_landing_stops_the_next_plan(
             run_action(ctx, Action("step", epoch=0, step=0), behind=True)
             with pytest.raises(OSError, match="No space"):
                 ctx.log._join_behind()  # the landing has failed (the writer reports it)
+        unrelated = load_state(other / "state.json", cfg)  # type: ignore[arg-type]
+        assert unrelated is not None and unrelated.next_step == 0
         with pytest.raises(OSError, match="No space"):
             current_action(ctx)  # not "step e0 s0" again
         assert current_action(ctx) == Action("step", epoch=0, step=0)  # raised once; the file
 
 
-def test_rows_handed_to_a_failed_writer_are_kept(tmp_path: Path) -> None:
-    """After a background write failed, the next hand-over raises before it takes anything,
-    and every row the failed and the skipped tasks took is written by the next flush."""
-    with RunLog.open(tmp_path / "runs.duckdb") as log:
+def test_rows_handed_to_a_failed_writer_are_kept_in_call_order(tmp_path: Path) -> None:
+    """After a background write failed, the tasks queued behind it put their statements back
+    in call order, the next hand-over raises before it takes anything, and the next flush
+    writes everything once, in the order it was called (second review of the fix)."""
+    log = RunLog.open(tmp_path / "runs.duckdb")
+    try:
         log.begin_run("r", kind="step", defer=False)
         release = threading.Event()
         log._submit(behind=True, then=release.wait)  # type: ignore[arg-type]
@@ -264,15 +271,58 @@ def test_rows_handed_to_a_failed_writer_are_kept(tmp_path: Path) -> None:
         log.flush_behind()  # fails on the writer thread
         seen: list[int] = []
         log.defer(lambda con: seen.append(1))
-        log.flush_behind()  # queued behind the failure: skipped, its statement put back
-        release.set()
-        time.sleep(0.2)
+        log.flush_behind()  # queued behind the failure: skipped, put back
         log.defer(lambda con: seen.append(2))
+        log.flush_behind()  # skipped too, put back after the first
+        release.set()
+        concurrent.futures.wait(list(log._queued))
+        log.defer(lambda con: seen.append(3))
         with pytest.raises(RunLogError, match="disk full"):
             log.flush_behind()  # raises before taking the new statement
         assert seen == []
         log.flush()
-        assert fired == [1] and seen == [1, 2]  # nothing dropped, in order
+        assert fired == [1] and seen == [1, 2, 3]  # nothing dropped, in call order
+    finally:
+        with contextlib.suppress(Exception):
+            log.close()
+
+
+def test_a_hand_over_after_a_failure_does_not_wait_for_the_queue(tmp_path: Path) -> None:
+    """A hand-over that finds a failed task raises at once, without joining the tasks still
+    queued: the checkpoint hands over holding a lock that a finished landing's callback takes
+    on the writer thread, so a join there would deadlock (second review of the fix)."""
+    log = RunLog.open(tmp_path / "runs.duckdb")
+    release, held = threading.Event(), threading.Lock()
+    try:
+        log._submit(behind=True, then=release.wait)  # type: ignore[arg-type]
+        fired, fail_once = _fails_once()
+        log.defer(fail_once)  # type: ignore[arg-type]
+        log.flush_behind()
+        failed = log._queued[-1]
+        landing = log._submit(behind=True)  # skipped after the failure; its callback waits …
+        landing.add_done_callback(lambda f: (held.acquire(), held.release()))
+        log._submit(behind=True)  # … so the writer cannot reach this one yet
+        outcome: list[object] = []
+        with held:  # as save_state_behind holds _LANDING_LOCK
+            release.set()
+            concurrent.futures.wait([failed])
+            t = threading.Thread(target=lambda: outcome.append(_raised(log.flush_behind)))
+            t.start()
+            t.join(timeout=5)
+            assert not t.is_alive()  # raised at once, no join
+        assert isinstance(outcome[0], RunLogError) and fired == [1]
+    finally:
+        release.set()
+        with contextlib.suppress(Exception):
+            log.close()
+
+
+def _raised(call: Callable[[], object]) -> BaseException | None:
+    try:
+        call()
+    except BaseException as e:
+        return e
+    return None
 
 
 def test_the_test_pool_orders_no_barrier_and_a_failed_units_bookkeeping_is_dropped(
@@ -305,7 +355,7 @@ def test_a_failed_units_rows_are_written_before_its_lock_is_released(
     ws, cfg = _initialized(tmp_path)
     pending_at_release: list[int] = []
     written: list[int] = []
-    real_lock = units_mod.workspace_lock
+    real_lock = runner_mod.workspace_lock
 
     @contextlib.contextmanager
     def recording_lock(workspace: Path, *, command: str) -> Iterator[object]:
@@ -321,7 +371,7 @@ def test_a_failed_units_rows_are_written_before_its_lock_is_released(
         raise RuntimeError("the unit failed before its commit")
 
     monkeypatch.setattr(session_mod.UnitSession, "commit", boom)
-    monkeypatch.setattr(units_mod, "workspace_lock", recording_lock)
+    monkeypatch.setattr(runner_mod, "workspace_lock", recording_lock)
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
         with pytest.raises(RuntimeError, match="before its commit"):
             units_mod.run_unit(ctx, Action("step", epoch=0, step=0))
