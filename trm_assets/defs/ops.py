@@ -30,7 +30,7 @@ from trm_assets.domain.errors import TrmError
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.progress import ProgressReporter
 from trm_assets.harness.loop.runner import SLOW_UNITS, UnitDef, planned
-from trm_assets.harness.loop.units import UnitOrderError, run_unit
+from trm_assets.harness.loop.units import UnitOrderError, passed_over, run_unit
 from trm_assets.harness.reports.lineage import load_state_dict
 
 AFTER_STOP_TAG = "trm/after_stop"  # "skip": an epoch run queued after an early stop is a no-op
@@ -58,7 +58,13 @@ def run_unit_here(context: dg.OpExecutionContext, scope: Scope, action: Action) 
             ran = run_unit(ctx, action, echo=context.log.info)
     except (UnitOrderError, TrmError) as e:
         raise dg.Failure(description=str(e), allow_retries=False) from None
-    if not ran:
+    if not ran and passed_over(scope.experiment.workspace_dir(), action):
+        context.log.info(
+            f"{action.describe()} never ran: the rollout budget "
+            f"(`rollout_budget: {scope.experiment.run_config().rollout_budget}`) ended epoch "
+            f"{action.epoch} before it (its slow update runs next)"
+        )
+    elif not ran:
         context.log.info(f"{action.describe()} already ran: skipped")
     return ran
 
@@ -101,6 +107,15 @@ def epoch_bounds(scope: Scope, epoch: int) -> tuple[str, str] | None:
             f"experiment {exp.name}: training stopped early after e{max(trained)} (no "
             f"validation improvement for `patience: {cfg.patience}` epochs); nothing to run "
             f"for e{epoch}.",
+        )
+    after = max(trained, default=-1)
+    if epoch > after and planned_action(exp).reason == "budget":
+        spent = f"after e{after}" if trained else "before the first epoch"
+        return (
+            "stopped",
+            f"experiment {exp.name}: the rollout budget (`rollout_budget: "
+            f"{cfg.rollout_budget}` in {config}) was spent {spent}; nothing to run for "
+            f"e{epoch} (the finalize run delivers best). Raise `rollout_budget` to train on.",
         )
     return None
 
@@ -191,10 +206,21 @@ def step_op(scope: Scope, step: int) -> dg.OpDefinition:
         f"step_{step}",
         f"Step {step}: roll out the batch, diagnose, gate each skill edit (SPEC 5.3).",
         lambda epoch: Action("step", epoch=epoch, step=step),
-        lambda instance, recorder, epoch, ran: (
-            step_materialization(instance, scope, recorder, epoch, step, ran),
+        lambda instance, recorder, epoch, ran: step_events(
+            instance, scope, recorder, epoch, step, ran
         ),
     )
+
+
+def step_events(
+    instance: dg.DagsterInstance, scope: Scope, recorder: Recorder, epoch: int, step: int, ran: bool
+) -> tuple[dg.AssetMaterialization, ...]:
+    """The step's ``step_results`` partition; none for a step the rollout budget passed over."""
+    if not ran and passed_over(
+        scope.experiment.workspace_dir(), Action("step", epoch=epoch, step=step)
+    ):
+        return ()
+    return (step_materialization(instance, scope, recorder, epoch, step, ran),)
 
 
 def step_materialization(

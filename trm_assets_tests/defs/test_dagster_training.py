@@ -27,7 +27,7 @@ from trm_assets.defs.build import build_experiment
 from trm_assets.defs.checks import lineage_check_result
 from trm_assets.defs.driver import Executor, drive, register_in
 from trm_assets.defs.experiments import EXPERIMENT_TAG, Experiment, code_location_experiments
-from trm_assets.defs.ops import SLOW_NAMES
+from trm_assets.defs.ops import AFTER_STOP_TAG, SLOW_NAMES
 from trm_assets.defs.resources import llm_resources
 from trm_assets.defs.sensors import UNIT_TAG
 from trm_assets.domain.question import skill_file_name
@@ -35,7 +35,7 @@ from trm_assets.harness.reports.lineage import epoch_summary
 from trm_assets.harness.storage.workspace import read_manifest
 from trm_assets_tests.truth import evaluated_run, run_accuracy, run_versions
 
-from .conftest import Trained, copy_experiment, new_home, new_workspace
+from .conftest import Trained, copy_experiment, new_home, new_workspace, write_config
 
 SUCCEEDED = AssetCheckExecutionRecordStatus.SUCCEEDED
 
@@ -442,6 +442,47 @@ def test_slow_update_job_in_process_then_an_epoch_past_the_last(
         assert instance.get_dynamic_partitions(f"{exp.name}__epochs") == ["e0"]  # no junk
     state = json.loads((exp.workspace_dir() / "state.json").read_text())
     assert state["epoch"] == 1 and not state["finalized"]
+
+
+def test_an_epoch_the_rollout_budget_cut_short_materializes_from_the_ui(tmp_path: Path) -> None:
+    """The epoch asset when the rollout budget ends e0 after its first step (tiny: 2 steps per
+    epoch; review of 2031fbb): the passed-over step is logged, not materialized, the slow update
+    runs and publishes e0; e1 (queued by `trm run` with the skip tag) is a no-op, and without the
+    tag a failure naming the budget; the sensor then requests finalize (reason budget)."""
+    config = write_config(tmp_path, "budget", "epochs=3", "rollout_budget=100")
+    exp = Experiment(workspace=str(new_workspace(tmp_path / "ws")), config_path=str(config))
+    with dg.instance_for_test() as instance:
+        ex = Executor(register_in(instance, exp), instance, llm_resources())
+        instance.add_dynamic_partitions(f"{exp.name}__epochs", ["e0", "e1"])
+        job = ex.defs.resolve_job_def(f"{exp.name}__epoch")
+        result = job.execute_in_process(instance=instance, partition_key="e0")
+        assert result.success
+        state = json.loads((exp.workspace_dir() / "state.json").read_text())
+        ledger = state["budget"]["e0"]
+        batch = exp.run_config().batch_size
+        assert ledger["step_rollouts"]["rollouts"] == batch and "R" in ledger  # one step's batch
+        steps = history(instance, key(exp, "step_results"))
+        assert sorted(m.partition for m in steps.values()) == ["e0|s0"]  # s1 never ran
+        assert read_manifest(exp.workspace_dir()).run("train_e0_s1") is None
+        logs = [e.message for e in instance.all_logs(result.run_id)]
+        assert any("step (epoch 0, step 1) never ran: the rollout budget" in m for m in logs)
+        md = latest(instance, key(exp, "epoch_eval"), "e0").metadata
+        assert str(md["val_run_id"].value) == evaluated_run(exp.workspace_dir(), 0)
+        skipped = job.execute_in_process(
+            instance=instance, partition_key="e1", tags={AFTER_STOP_TAG: "skip"}
+        )
+        assert skipped.success and epoch_summary(exp.workspace_dir(), 1) is None
+        failed = job.execute_in_process(instance=instance, partition_key="e1", raise_on_error=False)
+        assert not failed.success
+        text = next(
+            str(e.step_failure_data.user_failure_data.description)
+            for e in failed.all_events
+            if e.event_type_value == "STEP_FAILURE"
+        )
+        assert "rollout budget (`rollout_budget: 100`" in text and "after e0" in text
+        assert "Traceback" not in text and "LookupError" not in text
+        request = _tick(exp, instance)[0]
+        assert [r.job_name for r in request.run_requests] == [f"{exp.name}__finalize"]
 
 
 def test_an_epoch_past_a_finalized_training_says_so(trained: Trained, tmp_path: Path) -> None:

@@ -81,11 +81,13 @@ class RunConfig(BaseModel):
     epochs: int = _field(3, ">= 1", ge=1)
     rollout_budget: int | None = _field(
         None,
-        ">= 1, or null (no budget: the run ends after `epochs`). Training rollouts the run may "
-        "spend (every rollout but the test-pool reports): before each step the planner checks "
-        "that the largest step of the epoch so far plus a slow update still fit; if not, the "
-        "epoch ends early with its slow update (or the run finalizes if the epoch has no step "
-        "yet), so the last rollouts spent are always evaluated and deliverable",
+        ">= 1, or null (no budget: the run ends after `epochs`). Training rollouts the run aims "
+        "to spend (every rollout but the test-pool reports): before each step the planner checks "
+        "that the largest step of the run so far plus the last slow update's cost still fit; if "
+        "not, the epoch ends early with its slow update (or the run finalizes if the epoch has "
+        "no step yet), so the last rollouts spent are always evaluated and deliverable. The "
+        "check uses estimates: a step or slow update dearer than the ones before can take the "
+        "run past the budget",
         ge=1,
     )
     steps_per_epoch: int = _field(4, "1..10000", ge=1, le=10000)

@@ -9,12 +9,14 @@ the Dagster ops and assets call these functions.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Literal
 
 from trm_assets.harness.data.config import RunConfig
-from trm_assets.harness.loop.context import LoopContext
+from trm_assets.harness.loop.context import RUN_BASE, LoopContext
 from trm_assets.harness.loop.plan import N_SLOW_STEPS, Action
 from trm_assets.harness.loop.runner import current_action, run_action, writer_lock
+from trm_assets.harness.storage.workspace import read_manifest
 
 UnitStatus = Literal["done", "next", "later"]
 Echo = Callable[[str], None]
@@ -53,6 +55,16 @@ def status_against(unit: Action, nxt: Action, cfg: RunConfig) -> UnitStatus:
     if a < b:
         return "done"
     return "next" if a == b else "later"
+
+
+def passed_over(workspace: Path, unit: Action) -> bool:
+    """A step the planner passed over: the rollout budget ended its epoch before it, so it is
+    behind the next unit (:func:`unit_status` says ``done``) but never ran — its batch run
+    (``train_e<E>_s<S>``, recorded by every step that ran) is not in the manifest. Only
+    meaningful for a unit whose status is ``done``."""
+    if unit.kind != "step":
+        return False
+    return read_manifest(workspace).run(f"{RUN_BASE}_e{unit.epoch}_s{unit.step}") is None
 
 
 def unit_key(action: Action) -> str:
