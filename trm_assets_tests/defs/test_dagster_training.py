@@ -74,6 +74,15 @@ def latest(
     return recs[0].asset_materialization
 
 
+def failure_text(result: dg.ExecuteInProcessResult) -> str:
+    """The description of the run's (first) failed op."""
+    return next(
+        str(e.step_failure_data.user_failure_data.description)
+        for e in result.all_events
+        if e.event_type_value == "STEP_FAILURE"
+    )
+
+
 def key(exp: Experiment, asset: str) -> dg.AssetKey:
     return dg.AssetKey([exp.name, asset])
 
@@ -474,11 +483,7 @@ def test_an_epoch_the_rollout_budget_cut_short_materializes_from_the_ui(tmp_path
         assert skipped.success and epoch_summary(exp.workspace_dir(), 1) is None
         failed = job.execute_in_process(instance=instance, partition_key="e1", raise_on_error=False)
         assert not failed.success
-        text = next(
-            str(e.step_failure_data.user_failure_data.description)
-            for e in failed.all_events
-            if e.event_type_value == "STEP_FAILURE"
-        )
+        text = failure_text(failed)
         assert "rollout budget (`rollout_budget: 100`" in text and "after e0" in text
         assert "Traceback" not in text and "LookupError" not in text
         request = _tick(exp, instance)[0]
@@ -494,11 +499,7 @@ def test_an_epoch_past_a_finalized_training_says_so(trained: Trained, tmp_path: 
             instance=instance, partition_key="e1", raise_on_error=False
         )
         assert not failed.success
-        text = next(
-            str(e.step_failure_data.user_failure_data.description)
-            for e in failed.all_events
-            if e.event_type_value == "STEP_FAILURE"
-        )
+        text = failure_text(failed)
         assert "training finished after 1 epoch(s) (`epochs: 1`" in text and "finalized" in text
         assert "e1" not in instance.get_dynamic_partitions(f"{exp.name}__epochs")
 

@@ -22,7 +22,7 @@ from trm_assets.evolution.diagnosis import failed_cases
 from trm_assets.harness.loop import runner as runner_mod
 from trm_assets.harness.loop import session as session_mod
 from trm_assets.harness.loop import units as units_mod
-from trm_assets.harness.loop.context import loop_context
+from trm_assets.harness.loop.context import LoopContext, loop_context
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.rollouts import run_inference
 from trm_assets.harness.loop.runner import current_action, run_action, train
@@ -76,6 +76,22 @@ def test_a_checkpoint_behind_is_read_from_memory_and_lands_before_the_next_write
         )
 
 
+def _step_whose_checkpoint_cannot_land(
+    ctx: LoopContext, monkeypatch: pytest.MonkeyPatch, surface: Callable[[], object]
+) -> None:
+    """Run step e0 s0 committed behind while ``state.json`` cannot be written (disk full);
+    ``surface`` must raise the failure."""
+
+    def full(path: Path, text: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(checkpoint, "_write_state", full)
+        run_action(ctx, Action("step", epoch=0, step=0), behind=True)
+        with pytest.raises(OSError, match="No space"):
+            surface()
+
+
 def test_a_checkpoint_that_fails_to_land_is_raised_and_the_old_one_stays(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -83,15 +99,8 @@ def test_a_checkpoint_that_fails_to_land_is_raised_and_the_old_one_stays(
     state_path = ws / "state.json"
     before = state_path.read_text(encoding="utf-8")
 
-    def full(path: Path, text: str) -> None:
-        raise OSError(28, "No space left on device")
-
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
-        with monkeypatch.context() as mp:
-            mp.setattr(checkpoint, "_write_state", full)
-            run_action(ctx, Action("step", epoch=0, step=0), behind=True)
-            with pytest.raises(OSError, match="No space"):
-                wait_for_commits()
+        _step_whose_checkpoint_cannot_land(ctx, monkeypatch, wait_for_commits)
         assert state_path.read_text(encoding="utf-8") == before
         again = load_state(state_path, cfg)  # type: ignore[arg-type]
         assert again is not None and again.next_step == 0  # the step is still to be done
@@ -241,15 +250,9 @@ def test_a_failed_landing_stops_the_next_plan(
     ws, cfg = _initialized(tmp_path)
     other, _ = _initialized(tmp_path / "other")
 
-    def full(path: Path, text: str) -> None:
-        raise OSError(28, "No space left on device")
-
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
-        with monkeypatch.context() as mp:
-            mp.setattr(checkpoint, "_write_state", full)
-            run_action(ctx, Action("step", epoch=0, step=0), behind=True)
-            with pytest.raises(OSError, match="No space"):
-                ctx.log._join_behind()  # the landing has failed (the writer reports it)
+        # the landing has failed (the writer reports it)
+        _step_whose_checkpoint_cannot_land(ctx, monkeypatch, ctx.log._join_behind)
         unrelated = load_state(other / "state.json", cfg)  # type: ignore[arg-type]
         assert unrelated is not None and unrelated.next_step == 0
         with pytest.raises(OSError, match="No space"):
