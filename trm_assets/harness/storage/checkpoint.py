@@ -362,11 +362,13 @@ def _failed_landings(key: Path) -> list[BaseException]:
     """The errors of checkpoint tasks that have already failed (no wait); the finished tasks
     of ``key`` (a state file) and the ones that landed leave :data:`_INFLIGHT`; another
     workspace's failure stays for :func:`wait_for_commits`. Call with ``_LANDING_LOCK`` held."""
-    mine = [f for p, f in _INFLIGHT if p == key and f.done()]
+    done = [(p, f) for p, f in _INFLIGHT if f.done()]  # one read: a task finishing now stays
     _INFLIGHT[:] = [
-        (p, f) for p, f in _INFLIGHT if not f.done() or (p != key and f.exception() is not None)
+        (p, f)
+        for p, f in _INFLIGHT
+        if not any(f is g for _, g in done) or (p != key and f.exception() is not None)
     ]
-    return [e for f in mine if (e := f.exception()) is not None]
+    return [e for p, f in done if p == key and (e := f.exception()) is not None]
 
 
 def _raise_new(errors: list[BaseException]) -> None:

@@ -773,10 +773,10 @@ class RunLog(_Queries):
     def _raise_finished_failure(self) -> None:
         """Forget the finished tasks and raise the first one's error, without waiting for the
         others (a caller may hold a lock a finishing task's callback needs)."""
-        done = [f for f in self._queued if f.done()]
+        done = [f for f in self._queued if f.done()]  # one read: a task finishing now stays
         if not done:
             return
-        self._queued = [f for f in self._queued if not f.done()]
+        self._queued = [f for f in self._queued if not any(f is d for d in done)]
         errors = [e for f in done if (e := f.exception()) is not None]
         if not self._queued:
             self._behind_error = None  # every failed task is accounted for
