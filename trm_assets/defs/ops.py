@@ -58,15 +58,24 @@ def run_unit_here(context: dg.OpExecutionContext, scope: Scope, action: Action) 
             ran = run_unit(ctx, action, echo=context.log.info)
     except (UnitOrderError, TrmError) as e:
         raise dg.Failure(description=str(e), allow_retries=False) from None
-    if not ran and passed_over(scope.experiment.workspace_dir(), action):
-        context.log.info(
-            f"{action.describe()} never ran: the rollout budget "
-            f"(`rollout_budget: {scope.experiment.run_config().rollout_budget}`) ended epoch "
-            f"{action.epoch} before it (its slow update runs next)"
-        )
-    elif not ran:
-        context.log.info(f"{action.describe()} already ran: skipped")
+    if not ran:
+        context.log.info(never_ran(scope, action) or f"{action.describe()} already ran: skipped")
     return ran
+
+
+def never_ran(scope: Scope, action: Action) -> str | None:
+    """Why a step behind the planner's next unit has nothing to show (the planner passed over
+    it: :func:`~trm_assets.harness.loop.units.passed_over`), or None when it ran."""
+    if not passed_over(scope.experiment.workspace_dir(), action):
+        return None
+    budget = scope.experiment.run_config().rollout_budget
+    why = "training stopped before it (early stop)"
+    if budget is not None:
+        why = (
+            f"the rollout budget (`rollout_budget: {budget}`) ended epoch {action.epoch} before "
+            "it, or training stopped before it"
+        )
+    return f"{action.describe()} never ran: {why}; there is nothing to materialize for it"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -215,10 +224,8 @@ def step_op(scope: Scope, step: int) -> dg.OpDefinition:
 def step_events(
     instance: dg.DagsterInstance, scope: Scope, recorder: Recorder, epoch: int, step: int, ran: bool
 ) -> tuple[dg.AssetMaterialization, ...]:
-    """The step's ``step_results`` partition; none for a step the rollout budget passed over."""
-    if not ran and passed_over(
-        scope.experiment.workspace_dir(), Action("step", epoch=epoch, step=step)
-    ):
+    """The step's ``step_results`` partition; none for a step the planner passed over."""
+    if not ran and never_ran(scope, Action("step", epoch=epoch, step=step)) is not None:
         return ()
     return (step_materialization(instance, scope, recorder, epoch, step, ran),)
 

@@ -28,6 +28,7 @@ from trm_assets.defs.checks import lineage_check_result
 from trm_assets.defs.driver import Executor, drive, register_in
 from trm_assets.defs.experiments import EXPERIMENT_TAG, Experiment, code_location_experiments
 from trm_assets.defs.ops import AFTER_STOP_TAG, SLOW_NAMES
+from trm_assets.defs.partitions import epoch_step_key
 from trm_assets.defs.resources import llm_resources
 from trm_assets.defs.sensors import UNIT_TAG
 from trm_assets.domain.question import skill_file_name
@@ -475,6 +476,18 @@ def test_an_epoch_the_rollout_budget_cut_short_materializes_from_the_ui(tmp_path
         assert read_manifest(exp.workspace_dir()).run("train_e0_s1") is None
         logs = [e.message for e in instance.all_logs(result.run_id)]
         assert any("step (epoch 0, step 1) never ran: the rollout budget" in m for m in logs)
+        # the step asset on its own (the UI's `e0|s1`): a failure that says why, no traceback
+        instance.add_dynamic_partitions(f"{exp.name}__steps", ["s1"])
+        step_job = ex.defs.resolve_job_def(f"{exp.name}__gate_step")
+        lone = step_job.execute_in_process(
+            instance=instance, partition_key=epoch_step_key(0, 1), raise_on_error=False
+        )
+        assert not lone.success
+        text = failure_text(lone)
+        assert text.startswith("step (epoch 0, step 1) never ran: the rollout budget")
+        assert "Traceback" not in text and "LookupError" not in text
+        after = history(instance, key(exp, "step_results"))
+        assert sorted(m.partition for m in after.values()) == ["e0|s0"]  # nothing new
         md = latest(instance, key(exp, "epoch_eval"), "e0").metadata
         assert str(md["val_run_id"].value) == evaluated_run(exp.workspace_dir(), 0)
         skipped = job.execute_in_process(

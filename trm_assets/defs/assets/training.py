@@ -18,7 +18,7 @@ from typing import Any
 
 import dagster as dg
 
-from trm_assets.defs.ops import begin_epoch_op, run_unit_here, step_op
+from trm_assets.defs.ops import begin_epoch_op, never_ran, run_unit_here, step_op
 from trm_assets.defs.partitions import epoch_step_of
 from trm_assets.defs.recording import Event, Scope, baseline_cache_metadata
 from trm_assets.harness.loop.plan import Action
@@ -81,7 +81,11 @@ def step_results_asset(scope: Scope) -> dg.AssetsDefinition:
         """One step of one epoch: roll out the batch, diagnose, gate each skill edit (SPEC 5.3);
         its metadata lists every gate (verdict, W/L, blocks, rollouts)."""
         epoch, step = epoch_step_of(context.partition_key)
-        ran = run_unit_here(context.op_execution_context, scope, Action("step", epoch, step))
+        action = Action("step", epoch, step)
+        ran = run_unit_here(context.op_execution_context, scope, action)
+        why = None if ran else never_ran(scope, action)
+        if why is not None:  # a step the planner passed over has no versions to record
+            raise dg.Failure(description=why, allow_retries=False)
         recorder = scope.recorder(context.instance)
         yield from recorder.new_events()
         md, tags = recorder.step(epoch, step)

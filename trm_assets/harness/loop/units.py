@@ -58,10 +58,10 @@ def status_against(unit: Action, nxt: Action, cfg: RunConfig) -> UnitStatus:
 
 
 def passed_over(workspace: Path, unit: Action) -> bool:
-    """A step the planner passed over: the rollout budget ended its epoch before it, so it is
-    behind the next unit (:func:`unit_status` says ``done``) but never ran — its batch run
-    (``train_e<E>_s<S>``, recorded by every step that ran) is not in the manifest. Only
-    meaningful for a unit whose status is ``done``."""
+    """A step the planner passed over (the rollout budget ended its epoch before it, or
+    training stopped first): behind the next unit (:func:`unit_status` says ``done``) but never
+    ran — its batch run (``train_e<E>_s<S>``, recorded by every step that ran) is not in the
+    manifest. Only meaningful for a unit whose status is ``done``."""
     if unit.kind != "step":
         return False
     return read_manifest(workspace).run(f"{RUN_BASE}_e{unit.epoch}_s{unit.step}") is None
