@@ -133,7 +133,10 @@ def refuse_or_skip(context: dg.OpExecutionContext, scope: Scope, epoch: int) -> 
     """True when the epoch run must do nothing (queued after an early stop); raises a Failure
     naming the config key for an epoch past the configured ones, removing the partition a user
     added for it when nothing was ever materialized there (no junk partition)."""
-    bounds = epoch_bounds(scope, epoch)
+    try:
+        bounds = epoch_bounds(scope, epoch)
+    except TrmError as e:  # an unreadable checkpoint: the message, not a traceback
+        raise dg.Failure(description=str(e), allow_retries=False) from None
     if bounds is None:
         return False
     kind, message = bounds

@@ -503,6 +503,24 @@ def test_an_epoch_the_rollout_budget_cut_short_materializes_from_the_ui(tmp_path
         assert [r.job_name for r in request.run_requests] == [f"{exp.name}__finalize"]
 
 
+def test_an_epoch_over_a_checkpoint_of_another_config_fails_with_its_message(
+    trained: Trained, tmp_path: Path
+) -> None:
+    """A checkpoint written under another structural config (here: another seed) is refused
+    by the epoch asset's first op with the checkpoint's message."""
+    other = write_config(tmp_path, "other", "epochs=3", "steps_per_epoch=1", "seed=99")
+    exp = copy_experiment(trained.small, tmp_path).model_copy(update={"config_path": str(other)})
+    with dg.instance_for_test() as instance:
+        ex = Executor(register_in(instance, exp), instance, llm_resources())
+        instance.add_dynamic_partitions(f"{exp.name}__epochs", ["e1"])
+        failed = ex.defs.resolve_job_def(f"{exp.name}__epoch").execute_in_process(
+            instance=instance, partition_key="e1", raise_on_error=False
+        )
+        assert not failed.success
+        text = failure_text(failed)
+        assert "different structural configuration" in text and "Traceback" not in text
+
+
 def test_an_epoch_past_a_finalized_training_says_so(trained: Trained, tmp_path: Path) -> None:
     home, exp = _isolated_copy(trained, trained.small, tmp_path)
     with dg.DagsterInstance.from_config(str(home)) as instance:
