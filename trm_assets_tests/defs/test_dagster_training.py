@@ -521,6 +521,28 @@ def test_an_epoch_over_a_checkpoint_of_another_config_fails_with_its_message(
         assert "different structural configuration" in text and "Traceback" not in text
 
 
+def test_an_epoch_over_a_truncated_checkpoint_fails_naming_the_file(
+    trained: Trained, tmp_path: Path
+) -> None:
+    """A ``state.json`` that is not JSON (cut short by hand or by a full disk outside our
+    atomic writes) fails the epoch asset's first op with the file and the line, not a
+    ``JSONDecodeError`` traceback."""
+    exp = copy_experiment(trained.small, tmp_path)
+    state = exp.workspace_dir() / "state.json"
+    text = state.read_text(encoding="utf-8")
+    state.write_text(text[: len(text) // 2], encoding="utf-8")
+    with dg.instance_for_test() as instance:
+        ex = Executor(register_in(instance, exp), instance, llm_resources())
+        instance.add_dynamic_partitions(f"{exp.name}__epochs", ["e1"])
+        failed = ex.defs.resolve_job_def(f"{exp.name}__epoch").execute_in_process(
+            instance=instance, partition_key="e1", raise_on_error=False
+        )
+        assert not failed.success
+        text = failure_text(failed)
+        assert f"{state}: invalid JSON at line" in text
+        assert "Traceback" not in text and "JSONDecodeError" not in text
+
+
 def test_an_epoch_past_a_finalized_training_says_so(trained: Trained, tmp_path: Path) -> None:
     home, exp = _isolated_copy(trained, trained.small, tmp_path)
     with dg.DagsterInstance.from_config(str(home)) as instance:

@@ -6,14 +6,13 @@ connection); no training decision depends on anything here.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from trm_assets.domain.question import skill_file_name
-from trm_assets.harness.storage.checkpoint import encode_record, state_from_dict
+from trm_assets.harness.storage.checkpoint import encode_record, parse_state_json, state_from_dict
 from trm_assets.harness.storage.runlog import RunLogReader
 from trm_assets.harness.storage.versions import (
     VersionMeta,
@@ -51,8 +50,7 @@ def load_state_dict(workspace: str | Path) -> dict[str, Any] | None:
     path = Path(workspace) / "state.json"
     if not path.exists():
         return None
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
+    return parse_state_json(path.read_text(encoding="utf-8"), path)
 
 
 def epoch_summary(workspace: str | Path, epoch: int) -> dict[str, Any] | None:

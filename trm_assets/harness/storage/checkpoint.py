@@ -383,6 +383,18 @@ def _raise_new(errors: list[BaseException]) -> None:
 before_every_write(wait_for_commits)
 
 
+def parse_state_json(text: str, path: Path) -> dict[str, Any]:
+    """The JSON object of a ``state.json`` text; :class:`CheckpointError` naming the file for
+    anything else (a truncated or hand-edited file is a message, not a traceback)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return data
+
+
 def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
     """The checkpoint at ``path`` (None if there is none), checked against ``cfg``; a checkpoint
     of this process still landing (:func:`save_state_behind`) is read from memory."""
@@ -406,13 +418,7 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
             text = path.read_text(encoding="utf-8")
         _STATE_CACHE[path.absolute()] = (key, text)
     assert text is not None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    state = state_from_dict(data, str(path))
+    state = state_from_dict(parse_state_json(text, path), str(path))
     if state.structural_fingerprint != cfg.structural_fingerprint():
         raise CheckpointError(
             f"{path}: the checkpoint was written with a different structural configuration "
