@@ -77,6 +77,11 @@ _DISK_FULL_HINT = (
 def error_lines(e: BaseException) -> list[str] | None:
     """The ``error:`` lines for an exception a user should see without a traceback, or None
     (a bug: let the traceback through)."""
+    lines = _error_lines(e)
+    return None if lines is None else [*lines, *getattr(e, "__notes__", ())]
+
+
+def _error_lines(e: BaseException) -> list[str] | None:
     if isinstance(e, TrmError):
         if type(e).__name__ == "SettingsError":  # one line per variable
             from trm_assets.llm.settings import SettingsError

@@ -158,6 +158,16 @@ def train(
         return _train(ctx, max_units=max_units, echo=echo, on_unit=on_unit)
 
 
+def _land_behind(error: BaseException) -> None:
+    """Wait for the checkpoints still landing behind a unit that raised ``error``. A landing
+    that failed too does not replace the unit's own error (the one to fix first): it is added
+    to it as a note, which the command line prints after the error."""
+    try:
+        wait_for_commits()
+    except BaseException as landing:  # reported on the unit's error, not instead of it
+        error.add_note(f"also, an earlier checkpoint did not land: {landing}")
+
+
 @contextlib.contextmanager
 def writer_lock(ctx: LoopContext, command: str) -> Iterator[None]:
     """The workspace's writer lock around a unit or an epoch. A unit that fails leaves its
@@ -189,6 +199,8 @@ def _train(
                 wait_for_commits()  # a callback sees the unit's checkpoint on disk
                 on_unit(action)
             action = current_action(ctx)
-    finally:
-        wait_for_commits()
+    except BaseException as e:
+        _land_behind(e)
+        raise
+    wait_for_commits()
     return TrainSummary(units, action, load_state(ctx.paths.state, ctx.cfg))

@@ -379,3 +379,39 @@ def test_a_failed_units_rows_are_written_before_its_lock_is_released(
         with pytest.raises(RuntimeError, match="before its commit"):
             units_mod.run_unit(ctx, Action("step", epoch=0, step=0))
         assert pending_at_release == [1]  # written when the lock was released
+
+
+def test_a_units_own_error_is_not_replaced_by_a_landing_failure_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step e0 s0's checkpoint fails to land while step e0 s1 fails on its own: ``train``
+    raises s1's error (the one to fix first) with the landing failure as a note, which the
+    command line prints after it (before: the landing failure replaced it)."""
+    from trm_assets.cli.support import error_lines
+    from trm_assets.domain.errors import TrmError
+
+    ws, cfg = _initialized(tmp_path)
+    unit_failed = threading.Event()
+    real_run = runner_mod.run_action
+
+    def late_full(path: Path, text: str) -> None:
+        unit_failed.wait(10)
+        raise OSError(28, "No space left on device")
+
+    def run(ctx: LoopContext, action: Action, **kw: object) -> None:
+        if action == Action("step", epoch=0, step=0):
+            real_run(ctx, action, **kw)  # type: ignore[arg-type]
+            return
+        unit_failed.set()
+        raise TrmError(f"{action.describe()}: the provider refused the key")
+
+    monkeypatch.setattr(checkpoint, "_write_state", late_full)
+    monkeypatch.setattr(runner_mod, "run_action", run)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
+        with pytest.raises(TrmError, match="refused the key") as raised:
+            train(ctx, max_units=3)
+        notes = raised.value.__notes__
+        assert len(notes) == 1 and "earlier checkpoint did not land" in notes[0]
+        assert "No space left on device" in notes[0]
+        assert error_lines(raised.value) == [str(raised.value), notes[0]]
+        assert load_state(ws / "state.json", cfg).next_step == 0  # type: ignore[arg-type, union-attr]
