@@ -45,6 +45,7 @@ import click
 from trm_assets.domain.errors import TrmError
 from trm_assets.harness.loop.gate import GATE_POLICIES
 from trm_assets.llm.sim_config import ProposalMix
+from trm_bench.optimizer_criteria import criteria, format_criteria
 from trm_bench.optimizer_run import (
     AA_NOOP,
     DEFAULT_CONFIG,
@@ -590,6 +591,7 @@ def cli(
         )
         all_runs += runs
         out["policies"] = policies
+        out["criteria"] = criteria(runs)
         out["plot"] = write_plot(
             runs,
             b,
@@ -643,6 +645,8 @@ def cli(
     )
     if "policies" in out:
         click.echo(format_table(out["policies"]))
+        if out["criteria"] is not None:
+            click.echo(format_criteria(out["criteria"]))
         click.echo(f"plot: {out['plot'] or 'not written (matplotlib is not installed)'}")
     if "aa" in out:
         click.echo("\nA/A audit (no-op proposals; every accept is false)")

@@ -25,6 +25,7 @@ from trm_bench.optimizer import (
     sweep_mix,
     wilson,
 )
+from trm_bench.optimizer_criteria import criteria, format_criteria
 from trm_bench.optimizer_run import AA_NOOP, RunSpec, execute, resolve_config
 from trm_bench.overhead import (
     SMALL_EPOCH,
@@ -127,6 +128,63 @@ def test_numbers_come_from_the_runs_and_the_oracle(
         best_expected_accuracy(world, pools.test, cfg.sim),
         abs_tol=1e-12,
     )
+
+
+def test_issue15_criteria_are_recomputed_from_the_runs(
+    bench: tuple[dict[str, Any], list[dict[str, Any]]],
+) -> None:
+    """The verdict printed with the table equals one computed here from the runs file."""
+    out, runs = bench
+    c = out["criteria"]
+    own = next(r for r in runs if r["policy"] == "ce_gate")
+    gain = own["expected_test_delivered"] - own["expected_test_seed"]
+    assert c["default_policy"] == "ce_gate" and set(c["paired_gain"]) == set(POLICIES) - {"ce_gate"}
+    for other, g in c["paired_gain"].items():
+        r = next(r for r in runs if r["policy"] == other)
+        want = gain - (r["expected_test_delivered"] - r["expected_test_seed"])
+        assert math.isclose(g["mean"], want, abs_tol=1e-12) and g["se"] is None
+        assert g["seeds"] == 1 and c["checks"][f"gain >= {other}"] == (want >= 0)
+    neutral = [g for g in own["gates"] if g["decided"] and g["truth"] == "neutral"]
+    taken = sum(1 for g in neutral if g["action"] == "accept")
+    assert (c["neutral"]["gated"], c["neutral"]["accepted"]) == (len(neutral), taken)
+    assert c["harmful_surviving_per_run"] == own["harmful_surviving_delivered"]
+    assert c["met"] == all(c["checks"].values())
+
+
+def test_paired_differences_and_their_standard_error() -> None:
+    """Seeds are paired; a seed one policy lacks is left out; SE = sd of the differences / √n."""
+
+    def run(policy: str, seed: int, gain: float, harmful: int = 0) -> dict[str, Any]:
+        return {
+            "policy": policy,
+            "seed": seed,
+            "expected_test_seed": 0.5,
+            "expected_test_delivered": 0.5 + gain,
+            "harmful_surviving_delivered": harmful,
+            "gates": [
+                {"decided": True, "truth": "neutral", "action": a}
+                for a in ("accept", *["reject"] * (9 + 10 * seed))
+            ]
+            if policy == "ce_gate"
+            else [],
+        }
+
+    runs = [run("ce_gate", s, g, h) for s, g, h in ((0, 0.05, 0), (1, 0.02, 0), (2, 0.04, 1))]
+    runs += [run("accept_all", s, g) for s, g in ((0, 0.01), (1, 0.04), (3, 0.5))]
+    c = criteria(runs)
+    assert c is not None
+    g = c["paired_gain"]["accept_all"]
+    assert g["seeds"] == 2 and math.isclose(g["mean"], 0.01)  # (0.04 − 0.02) / 2
+    assert math.isclose(g["se"], 0.03)  # sd of (0.04, −0.02) = 0.03·√2, over √2
+    assert c["neutral"] == {"gated": 60, "accepted": 3, "rate": 0.05}
+    assert math.isclose(c["harmful_surviving_per_run"], 1 / 3)
+    assert c["checks"] == {
+        "gain >= accept_all": True,
+        "neutral accepted <= 3%": False,
+        "harmful surviving <= 0.05/run": False,
+    }
+    assert not c["met"] and "not met: neutral accepted" in format_criteria(c)
+    assert criteria([r for r in runs if r["policy"] != "ce_gate"]) is None
 
 
 def test_same_seed_same_numbers() -> None:
