@@ -164,3 +164,22 @@ class SimConfig(BaseModel):
         if self.diagnose_system_prob + self.diagnose_tool_prob > 1.0 + 1e-9:
             raise ValueError("diagnose_system_prob + diagnose_tool_prob must be <= 1")
         return self
+
+
+#: SimConfig fields that never change an agent rollout's answer (timing, infrastructure faults,
+#: which a reused row never carries, and the evolve/diagnose side). Every other field is part of
+#: the simulated model's identity in the temperature-0 reuse key (``LoopContext._decoding``).
+SIM_NOT_ANSWERS: Final[frozenset[str]] = frozenset(
+    {
+        "latency_ms_mean",
+        "latency_ms_jitter",
+        "fault_timeout_rate",
+        "fault_http_5xx_rate",
+        "timeout_sleep_s",
+        "diagnose_cue_prob",
+        "diagnose_system_prob",
+        "diagnose_tool_prob",
+        "proposal_mix",
+    }
+)
+assert set(SimConfig.model_fields) >= SIM_NOT_ANSWERS

@@ -57,6 +57,7 @@ from trm_assets.harness.storage.workspace import (
     resolve_paths,
 )
 from trm_assets.llm.providers import Providers
+from trm_assets.llm.sim_config import SIM_NOT_ANSWERS
 
 RUN_BASE = "train"  # run ids: train_init, train_e{E}_s{S}, train_e{E}_s{S}_gate_<skill>_base, …
 
@@ -190,13 +191,16 @@ class LoopContext:
         return prompts
 
     def _decoding(self) -> dict[str, object]:
-        return {
+        decoding: dict[str, object] = {
             "provider": self.cfg.llm_provider,
             "model": self.providers.agent.model,
             "temperature": self.cfg.effective_agent_temperature(),
             "max_steps": self.cfg.max_agent_steps,
             "skill_mode": self.cfg.skill_mode,
         }
+        if self.cfg.llm_provider == "sim":  # the simulated model is its world: another answers
+            decoding["world"] = self.cfg.sim.model_dump(mode="json", exclude=set(SIM_NOT_ANSWERS))
+        return decoding
 
     def decoding_hash(self) -> str:
         """What besides the version pair decides a rollout's answer: provider, model,

@@ -271,3 +271,34 @@ def test_temperature_zero_plan_with_diagnosis_questions(tmp_path: Path) -> None:
         flags = [q in known for q in visited]
         assert flags == sorted(flags, reverse=True) and flags[0] and not flags[-1]
         assert plan.order.startswith("uniform, known baselines first")
+
+
+def test_temperature_zero_reuse_never_crosses_simulated_worlds(tmp_path: Path) -> None:
+    """The simulated model is its world: a workspace evaluated again under other answer-relevant
+    ``sim`` keys (a `trm eval --set sim.…` or a resume with them changed) is not served the first
+    world's outcomes; its outcomes equal a fresh workspace's in the new world. Timing keys are not
+    part of the model: a change of latency still reuses (review of issue 15's contracts)."""
+    from trm_assets.harness.loop.runner import current_action, run_action
+    from trm_assets.harness.loop.step import evaluate
+
+    first = tiny_config(*REALISTIC_T0)
+    ws = new_workspace(tmp_path / "ws", first)
+    with loop_context(ws, first, build_providers(first.provider_spec())) as ctx:
+        run_action(ctx, current_action(ctx))  # init: the seed evaluation in the first world
+        sv, pv = ctx.paths.skills_version, ctx.paths.prompts_version
+    other = tiny_config(*REALISTIC_T0, "sim.seed=7", "sim.ability=3", "sim.text_flip_rate=0.4")
+    slower = tiny_config(*REALISTIC_T0, "sim.latency_ms_mean=1")
+
+    def outcomes(cfg: object, workspace: Path, run_id: str) -> tuple[int, dict[str, bool]]:
+        with loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as c:  # type: ignore[arg-type, attr-defined]
+            res = asyncio.run(evaluate(c, run_id, sv, pv, c.pool_questions("validation"), "slow_R"))
+            return res.n_reused, {p.question_id: p.correct for p in res.predictions}
+
+    reused, moved = outcomes(other, ws, "t_other")
+    fresh_ws = new_workspace(tmp_path / "fresh", other)
+    _, fresh = outcomes(other, fresh_ws, "t_fresh")
+    _, before = outcomes(first, new_workspace(tmp_path / "again", first), "t_first")
+    assert reused == 0 and moved == fresh
+    assert moved != before  # the worlds do answer differently (else the check above is empty)
+    same, _ = outcomes(slower, ws, "t_slower")
+    assert same == len(fresh)
