@@ -591,7 +591,7 @@ def cli(
         )
         all_runs += runs
         out["policies"] = policies
-        out["criteria"] = criteria(runs)
+        out["criteria"] = criteria(runs, b)
         out["plot"] = write_plot(
             runs,
             b,

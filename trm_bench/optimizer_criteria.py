@@ -6,6 +6,19 @@ gain at least each other policy's, reported as the paired difference over the se
 it gated; and leave at most 0.05 harmful gated edits per run in the delivered skills. The
 verdict is recomputed from the runs, so a table in ``benchmarks/RESULTS.md`` can be checked
 against the ``--runs-out`` file it came from.
+
+"Neutral" and "harmful" are judged two ways, and both must hold:
+
+* **by effect** — the sign of the oracle's expected-accuracy change on the edited task type
+  (0.1pp dead band; the table's classes). In the realistic world a rewording's effect is not 0
+  (15% of answers flip, and added words cost), so few edits are neutral by effect and a
+  rewording that happens to lose 0.5pp counts as harmful;
+* **by kind** — what the proposal carries: a new harmful directive, a new cue, or neither (a
+  rewording, the proposal mix's "neutral").
+
+The issue states its bounds for 5 seeds at 6,000 rollouts or more: a comparison with fewer
+seeds or a smaller budget is reported but not assessed (``met`` is None), and so is a bound with
+nothing to count (no neutral proposal gated).
 """
 
 from __future__ import annotations
@@ -19,6 +32,8 @@ from trm_assets.harness.data.config import RunConfig
 
 NEUTRAL_ACCEPTED_MAX: Final = 0.03
 HARMFUL_SURVIVING_MAX: Final = 0.05
+MIN_SEEDS: Final = 5
+MIN_BUDGET: Final = 6000
 
 
 def default_policy() -> str:
@@ -43,31 +58,60 @@ def paired(
     return {"mean": statistics.fmean(diffs), "se": se, "seeds": len(diffs)}
 
 
-def criteria(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def _neutral(gates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    accepted = sum(1 for g in gates if g["action"] == "accept")
+    return {
+        "gated": len(gates),
+        "accepted": accepted,
+        "rate": accepted / len(gates) if gates else None,
+    }
+
+
+def criteria(runs: Sequence[Mapping[str, Any]], budget: int | None = None) -> dict[str, Any] | None:
     """The verdict for the default policy against every other policy in ``runs`` (None when the
-    default policy did not run)."""
+    default policy did not run). ``budget``: the comparison's rollouts per run."""
     policy = default_policy()
     own = [r for r in runs if r["policy"] == policy]
     if not own:
         return None
     others = sorted({r["policy"] for r in runs} - {policy})
     gains = {o: paired(runs, policy, o) for o in others}
-    gated = [g for r in own for g in r["gates"] if g["decided"] and g["truth"] == "neutral"]
-    accepted = sum(1 for g in gated if g["action"] == "accept")
-    rate = accepted / len(gated) if gated else 0.0
-    harmful = statistics.fmean(r["harmful_surviving_delivered"] for r in own)
-    checks = {
-        **{f"gain >= {o}": g["mean"] is not None and g["mean"] >= 0 for o, g in gains.items()},
-        "neutral accepted <= 3%": rate <= NEUTRAL_ACCEPTED_MAX,
-        "harmful surviving <= 0.05/run": harmful <= HARMFUL_SURVIVING_MAX,
+    decided = [g for r in own for g in r["gates"] if g["decided"]]
+    neutral = {
+        "effect": _neutral([g for g in decided if g["truth"] == "neutral"]),
+        "kind": _neutral([g for g in decided if g.get("kind", "neutral") == "neutral"]),
     }
+    harmful = {
+        "effect": statistics.fmean(r["harmful_surviving_delivered"] for r in own),
+        "kind": statistics.fmean(
+            r.get("harmful_kind_surviving_delivered", r["harmful_surviving_delivered"]) for r in own
+        ),
+    }
+    checks: dict[str, bool | None] = {
+        **{f"gain >= {o}": g["mean"] is not None and g["mean"] >= 0 for o, g in gains.items()},
+    }
+    for how in ("effect", "kind"):
+        rate = neutral[how]["rate"]
+        checks[f"neutral accepted <= 3% ({how})"] = (
+            None if rate is None else rate <= NEUTRAL_ACCEPTED_MAX
+        )
+        checks[f"harmful surviving <= 0.05/run ({how})"] = harmful[how] <= HARMFUL_SURVIVING_MAX
+    seeds = len({r["seed"] for r in own})
+    unassessed = [k for k, ok in checks.items() if ok is None]
+    if seeds < MIN_SEEDS:
+        unassessed.append(f"{seeds} seed(s) < {MIN_SEEDS}")
+    if budget is not None and budget < MIN_BUDGET:
+        unassessed.append(f"budget {budget} < {MIN_BUDGET}")
+    failed = [k for k, ok in checks.items() if ok is False]
     return {
         "default_policy": policy,
         "paired_gain": gains,
-        "neutral": {"gated": len(gated), "accepted": accepted, "rate": rate},
+        "neutral": neutral,
         "harmful_surviving_per_run": harmful,
         "checks": checks,
-        "met": all(checks.values()),
+        "failed": failed,
+        "not_assessed": unassessed,
+        "met": False if failed else None if unassessed else True,
     }
 
 
@@ -81,9 +125,17 @@ def format_criteria(c: Mapping[str, Any]) -> str:
         lines.append(
             f"  − {other}: {100 * g['mean']:+.2f} ± {se}pp (paired over {g['seeds']} seed(s))"
         )
-    n = c["neutral"]
-    lines.append(f"  neutral accepted: {n['accepted']} of {n['gated']} ({100 * n['rate']:.1f}%)")
-    lines.append(f"  harmful surviving per run: {c['harmful_surviving_per_run']:.2f}")
-    failed = [k for k, ok in c["checks"].items() if not ok]
-    lines.append("  met" if c["met"] else "  not met: " + "; ".join(failed))
+    for how in ("effect", "kind"):
+        n, h = c["neutral"][how], c["harmful_surviving_per_run"][how]
+        rate = "n/a" if n["rate"] is None else f"{100 * n['rate']:.1f}%"
+        lines.append(
+            f"  by {how}: neutral accepted {n['accepted']} of {n['gated']} ({rate}), "
+            f"harmful surviving {h:.2f}/run"
+        )
+    if c["failed"]:
+        lines.append("  not met: " + "; ".join(c["failed"]))
+    if c["not_assessed"]:
+        lines.append("  not assessed: " + "; ".join(c["not_assessed"]))
+    if c["met"]:
+        lines.append("  met")
     return "\n".join(lines)

@@ -144,11 +144,21 @@ def test_issue15_criteria_are_recomputed_from_the_runs(
         want = gain - (r["expected_test_delivered"] - r["expected_test_seed"])
         assert math.isclose(g["mean"], want, abs_tol=1e-12) and g["se"] is None
         assert g["seeds"] == 1 and c["checks"][f"gain >= {other}"] == (want >= 0)
-    neutral = [g for g in own["gates"] if g["decided"] and g["truth"] == "neutral"]
-    taken = sum(1 for g in neutral if g["action"] == "accept")
-    assert (c["neutral"]["gated"], c["neutral"]["accepted"]) == (len(neutral), taken)
-    assert c["harmful_surviving_per_run"] == own["harmful_surviving_delivered"]
-    assert c["met"] == all(c["checks"].values())
+    for how, key in (("effect", "truth"), ("kind", "kind")):
+        neutral = [g for g in own["gates"] if g["decided"] and g[key] == "neutral"]
+        taken = sum(1 for g in neutral if g["action"] == "accept")
+        got = c["neutral"][how]
+        assert (got["gated"], got["accepted"]) == (len(neutral), taken)
+    # the kind is what the proposal carries (the simulator's catalogue), not its effect
+    for g in own["gates"]:
+        assert (g["kind"] == "harmful") == bool(g["harmful_lines"])
+    assert c["harmful_surviving_per_run"] == {
+        "effect": own["harmful_surviving_delivered"],
+        "kind": own["harmful_kind_surviving_delivered"],
+    }
+    # one seed at a budget of 200: reported, never "met"
+    assert "1 seed(s) < 5" in c["not_assessed"] and "budget 200 < 6000" in c["not_assessed"]
+    assert c["met"] is (False if c["failed"] else None)
 
 
 def test_paired_differences_and_their_standard_error() -> None:
@@ -171,20 +181,35 @@ def test_paired_differences_and_their_standard_error() -> None:
 
     runs = [run("ce_gate", s, g, h) for s, g, h in ((0, 0.05, 0), (1, 0.02, 0), (2, 0.04, 1))]
     runs += [run("accept_all", s, g) for s, g in ((0, 0.01), (1, 0.04), (3, 0.5))]
-    c = criteria(runs)
+    c = criteria(runs, 6000)
     assert c is not None
     g = c["paired_gain"]["accept_all"]
     assert g["seeds"] == 2 and math.isclose(g["mean"], 0.01)  # (0.04 − 0.02) / 2
     assert math.isclose(g["se"], 0.03)  # sd of (0.04, −0.02) = 0.03·√2, over √2
-    assert c["neutral"] == {"gated": 60, "accepted": 3, "rate": 0.05}
-    assert math.isclose(c["harmful_surviving_per_run"], 1 / 3)
+    # runs files written before the kind was recorded: every gate a rewording, survivors by effect
+    assert (
+        c["neutral"]["effect"] == c["neutral"]["kind"] == {"gated": 60, "accepted": 3, "rate": 0.05}
+    )
+    assert math.isclose(c["harmful_surviving_per_run"]["kind"], 1 / 3)
     assert c["checks"] == {
         "gain >= accept_all": True,
-        "neutral accepted <= 3%": False,
-        "harmful surviving <= 0.05/run": False,
+        "neutral accepted <= 3% (effect)": False,
+        "harmful surviving <= 0.05/run (effect)": False,
+        "neutral accepted <= 3% (kind)": False,
+        "harmful surviving <= 0.05/run (kind)": False,
     }
-    assert not c["met"] and "not met: neutral accepted" in format_criteria(c)
+    assert c["met"] is False and c["not_assessed"] == ["3 seed(s) < 5"]
+    assert "not met: neutral accepted" in format_criteria(c)
     assert criteria([r for r in runs if r["policy"] != "ce_gate"]) is None
+    # nothing to count is not a pass: no neutral gated and otherwise clean → not assessed
+    clean = [
+        {**r, "gates": [], "harmful_surviving_delivered": 0, "seed": r["seed"] + 10 * k}
+        for k in range(2)
+        for r in runs
+    ]
+    c = criteria(clean, 6000)
+    assert c is not None and c["failed"] == [] and c["met"] is None
+    assert "neutral accepted <= 3% (effect)" in c["not_assessed"]
 
 
 def test_same_seed_same_numbers() -> None:
