@@ -490,7 +490,14 @@ def format_sweep(sweep: dict[str, Any]) -> str:
     show_default=True,
     help="The RunConfig YAML (the SIMULATED world).",
 )
-@click.option("--set", "overrides", multiple=True, help="A RunConfig override key=value.")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    help="A RunConfig or sim.* override KEY=VALUE (repeatable). The environment and .env are "
+    "not read (a run is reproduced from its command line); seed, sim.seed, gate_policy and "
+    "rollout_budget are set per run (use --first-seed, --policies, --budget).",
+)
 @click.option(
     "--aa-gates",
     type=click.IntRange(min=1),
@@ -581,6 +588,10 @@ def cli(
         "budget": b,
         "quick": quick,
         "simulated": True,
+        # the world and decoding every run resolved to (the environment is not read)
+        "sim_profile": base_cfg.sim.profile,
+        "agent_temperature": base_cfg.effective_agent_temperature(),
+        "gate_passes": base_cfg.gate_passes,
     }
     if not aa and not sweep:
         chosen = tuple(p.strip() for p in compared.split(",") if p.strip())
@@ -641,7 +652,9 @@ def cli(
         click.echo(json.dumps(out, indent=1))
         return
     click.echo(
-        f"SIMULATED world, {config_path}, {seeds} seed(s), budget {b} training rollouts per run"
+        f"SIMULATED world ({meta['sim_profile']} profile, agent temperature "
+        f"{meta['agent_temperature']:g}), {config_path}, {seeds} seed(s), budget {b} training "
+        "rollouts per run"
     )
     if "policies" in out:
         click.echo(format_table(out["policies"]))

@@ -34,6 +34,7 @@ from typing import Any, Final
 
 import yaml
 
+from trm_assets.domain.errors import TrmError
 from trm_assets.harness.data.config import RunConfig, load_config
 from trm_assets.harness.loop.context import LoopContext, loop_context
 from trm_assets.harness.loop.gate import NO_LADDER, GateRequest, ValidationOutcome
@@ -175,12 +176,30 @@ def resolve_config(spec: RunSpec) -> RunConfig:
         f"patience={MAX_EPOCHS}",
         # the loop plans within the budget itself: its last epoch ends early with a slow update
         f"rollout_budget={spec.budget}",
-        *spec.overrides,
         f"gate_policy={spec.policy}",
         f"seed={spec.seed}",
         f"sim.seed={spec.seed}",
+        *spec.overrides,  # last: an error names the user's key (the run's own are refused)
     )
+    refuse_run_keys(spec.overrides)
     return load_config(spec.config_path, overrides, environ={}, dotenv_path=None)
+
+
+#: Keys the benchmark sets for each run: a ``--set`` of one would be overwritten or would break
+#: the equal budget, so it is refused with the option to use instead.
+RUN_KEYS: Final[Mapping[str, str]] = {
+    "seed": "--first-seed / --seeds",
+    "sim.seed": "--first-seed / --seeds",
+    "gate_policy": "--policies",
+    "rollout_budget": "--budget",
+}
+
+
+def refuse_run_keys(overrides: Sequence[str]) -> None:
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key in RUN_KEYS:
+            raise TrmError(f"--set {key}: the benchmark sets it for every run; use {RUN_KEYS[key]}")
 
 
 def training_usage(state: TrainState) -> tuple[int, int]:

@@ -342,3 +342,19 @@ def _process_state(pid: int) -> tuple[str, str] | None:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
     return fields[0], fields[19]  # state; starttime (field 22 of proc(5))
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("seed=5", "--set seed: the benchmark sets it for every run; use --first-seed"),
+        ("sim.seed=5", "--set sim.seed: the benchmark sets it for every run"),
+        ("gate_policy=accept_all", "use --policies"),
+        ("rollout_budget=99", "use --budget"),
+        ("sim=3", "sim: Input should be a valid dictionary"),  # the user's key, not the bench's
+    ],
+)
+def test_run_keys_in_set_are_refused_before_any_run(override: str, says: str) -> None:
+    """A --set of a key the benchmark sets per run was silently overwritten (review)."""
+    res = CliRunner().invoke(cli, ["--quick", "--seeds", "1", "--set", override])
+    assert res.exit_code == 2 and says in res.output and "Traceback" not in res.output
