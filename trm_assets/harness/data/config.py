@@ -189,13 +189,6 @@ class RunConfig(BaseModel):
     @model_validator(mode="after")
     def _cross_field(self) -> RunConfig:
         problems = cross_field_problems(self)
-        if not self.fresh_draws() and self.gate_passes is not None and self.gate_passes > 1:
-            problems.append(
-                f"gate_passes: {self.gate_passes} replays identical pairs at agent temperature "
-                f"{self.effective_agent_temperature()} (deterministic decoding gives the same "
-                "answer to the same prompt, so a second pass adds no evidence but is counted as "
-                "if it did); use gate_passes: 1 (or null), or an agent_temperature > 0"
-            )
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -322,6 +315,7 @@ def cross_field_problems(
             ),
         ),
     ]
+    checks += _decoding_checks(v)
     problems: list[str] = []
     for fields, violated, message in checks:
         if skip.intersection(fields):
@@ -332,6 +326,65 @@ def cross_field_problems(
         except TypeError:  # a raw value of the wrong type: its own field error says so
             continue
     return problems
+
+
+_Check = tuple[tuple[str, ...], Callable[[], bool], Callable[[], str]]
+
+
+def _decoding_checks(v: Mapping[str, Any]) -> list[_Check]:
+    """Gate options that are invalid or do nothing at the agent temperature (issue 15 B); the
+    temperature of raw values follows :meth:`RunConfig.effective_agent_temperature`."""
+
+    def temperature() -> float:
+        if v["agent_temperature"] is not None:
+            return float(v["agent_temperature"])
+        if v["llm_provider"] != "sim":
+            return 0.0
+        sim = v.get("sim")
+        if isinstance(sim, SimConfig):
+            return sim.agent_temperature
+        try:  # raw values: the section as given (the profile fills the rest), or the default
+            return SimConfig.model_validate(
+                sim if isinstance(sim, Mapping) else {}
+            ).agent_temperature
+        except ValidationError as e:  # the sim section's own errors say what is wrong
+            raise TypeError from e
+
+    return [
+        (
+            ("gate_passes", "agent_temperature", "sim", "llm_provider"),
+            lambda: temperature() == 0 and v["gate_passes"] is not None and v["gate_passes"] > 1,
+            lambda: (
+                f"gate_passes: {v['gate_passes']} replays identical pairs at agent temperature "
+                f"{temperature()} (deterministic decoding gives the same answer to the same "
+                "prompt, so a second pass adds no evidence but is counted as if it did); use "
+                "gate_passes: 1 (or null), or an agent_temperature > 0"
+            ),
+        ),
+        (
+            ("gate_screen", "gate_pool", "agent_temperature", "sim", "llm_provider"),
+            lambda: (
+                bool(v["gate_screen"])
+                and (v["gate_pool"] != "validation+diagnosis" or temperature() > 0)
+            ),
+            lambda: (
+                "gate_screen: true screens the known-baseline questions of a temperature-0 plan "
+                "that also visits diagnosis questions; it needs gate_pool: validation+diagnosis "
+                f"and agent temperature 0 (got gate_pool: {v['gate_pool']}, temperature "
+                f"{temperature()}), else it does nothing"
+            ),
+        ),
+        (
+            ("gate_pool", "agent_temperature", "sim", "llm_provider"),
+            lambda: v["gate_pool"] == "validation+diagnosis" and temperature() > 0,
+            lambda: (
+                "gate_pool: validation+diagnosis adds never-shown diagnosis questions to a "
+                f"temperature-0 plan; at agent temperature {temperature()} only the validation "
+                "ladder is visited, so it would do nothing: use gate_pool: validation, or "
+                "agent_temperature: 0"
+            ),
+        ),
+    ]
 
 
 def check_against_data(config: RunConfig, task_types: Iterable[str], n_questions: int) -> None:

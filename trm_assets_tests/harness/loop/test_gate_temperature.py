@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -57,6 +58,39 @@ def test_passes_at_temperature_zero_are_a_config_error() -> None:
     with pytest.raises(TrmError, match="replays identical pairs"):
         tiny_config("agent_temperature=0", "gate_passes=2")
     assert tiny_config("agent_temperature=0.7", "gate_passes=3").gate_passes == 3
+
+
+def test_decoding_problems_are_listed_with_the_others() -> None:
+    """The temperature checks are cross-field checks like the rest: reported together with a
+    field's own error (review: only gate_alpha's line appeared)."""
+    with pytest.raises(TrmError) as e:
+        tiny_config("sim.profile=realistic", "gate_passes=2", "gate_alpha=2")
+    assert "gate_alpha: Input should be less than 1" in str(e.value)
+    assert "gate_passes: 2 replays identical pairs at agent temperature 0.0" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (("gate_screen=true",), "gate_screen: true screens"),
+        (
+            ("sim.profile=realistic", "gate_screen=true"),
+            "(got gate_pool: validation, temperature 0.0)",
+        ),
+        (("gate_pool=validation+diagnosis",), "at agent temperature 1.0 only the validation"),
+        (("gate_pool=validation+diagnosis", "gate_screen=true"), "gate_screen: true screens"),
+    ],
+)
+def test_gate_options_that_would_do_nothing_are_config_errors(
+    overrides: tuple[str, ...], says: str
+) -> None:
+    """``gate_screen`` acts only on a temperature-0 plan with diagnosis questions, and
+    ``gate_pool: validation+diagnosis`` only at temperature 0: anything else was a silent no-op
+    (review: identical rows with and without ``gate_screen=true``)."""
+    with pytest.raises(TrmError, match=re.escape(says)):
+        tiny_config(*overrides)
+    ok = tiny_config(*REALISTIC_T0, "gate_pool=validation+diagnosis", "gate_screen=true")
+    assert ok.gate_screen and ok.gate_pool == "validation+diagnosis"
 
 
 def test_a_replayed_pass_adds_no_evidence(tmp_path: Path) -> None:
