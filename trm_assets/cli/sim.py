@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from trm_assets.llm.sim_config import SimConfig
+from trm_assets.llm.sim_config import SIM_NOT_ANSWERS, SimConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -73,25 +73,45 @@ def synth(
     click.echo("  by task type: " + ", ".join(f"{k} {v}" for k, v in s.by_task_type.items()))
 
 
-def _sim_config(
-    seed: int,
-    latency_ms: float,
-    jitter_ms: float,
-    timeout_rate: float,
-    http_5xx_rate: float,
-    malformed_rate: float,
-) -> SimConfig:
+#: SimConfig keys that have their own option on ``sim-serve`` (``--sim`` may not set them too).
+_SERVE_KEYS = {
+    "seed": "--seed",
+    "latency_ms_mean": "--latency-ms",
+    "latency_ms_jitter": "--latency-jitter-ms",
+    "fault_timeout_rate": "--fault-timeout-rate",
+    "fault_http_5xx_rate": "--fault-5xx-rate",
+    "fault_malformed_rate": "--fault-malformed-rate",
+}
+
+_WORLD = click.option(
+    "--sim",
+    "world",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A key of the simulated world (a config's sim section), e.g. profile=realistic or "
+    "text_flip_rate=0.1 or proposal_mix.cue=0.2 (repeatable). A profile fills the keys not given.",
+)
+
+
+def _sim_config(world: tuple[str, ...], reserved: dict[str, str], **keys: float | int) -> SimConfig:
+    """``--sim`` items plus the command's own options; a bad key or value is a usage error."""
+    from pydantic import ValidationError
+
+    from trm_assets.harness.data.config import ConfigError, parse_set_overrides
+
     try:
-        return SimConfig(
-            seed=seed,
-            latency_ms_mean=latency_ms,
-            latency_ms_jitter=jitter_ms,
-            fault_timeout_rate=timeout_rate,
-            fault_http_5xx_rate=http_5xx_rate,
-            fault_malformed_rate=malformed_rate,
+        values = parse_set_overrides(world)
+    except ConfigError as e:
+        raise click.BadParameter(str(e), param_hint="--sim") from None
+    for key in sorted(values.keys() & reserved.keys()):
+        raise click.BadParameter(f"{key}: use {reserved[key]}", param_hint="--sim")
+    try:
+        return SimConfig.model_validate({**values, **keys})
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc']) or 'sim'}: {err['msg']}" for err in e.errors()
         )
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
+        raise click.BadParameter(problems, param_hint="--sim") from None
 
 
 @click.command("sim-serve")
@@ -126,6 +146,7 @@ def _sim_config(
     help="HTTP status(es) of injected 5xx faults (repeat the option).",
 )
 @click.option("--log-requests", is_flag=True, help="Log one line per request to stderr.")
+@_WORLD
 def serve(
     host: str,
     port: int,
@@ -140,6 +161,7 @@ def serve(
     timeout_sleep_s: float,
     fault_statuses: tuple[int, ...],
     log_requests: bool,
+    world: tuple[str, ...],
 ) -> None:
     """Serve the SIMULATED model as an OpenAI-compatible API (/v1/chat/completions, /v1/models)."""
     from trm_assets.llm.sim.provider import SimulatedProvider
@@ -147,15 +169,17 @@ def serve(
     from trm_assets.llm.sim.world import load_world
 
     config = _sim_config(
-        seed,
-        latency_ms,
-        latency_jitter_ms,
-        fault_timeout_rate,
-        fault_5xx_rate,
-        fault_malformed_rate,
+        world,
+        _SERVE_KEYS,
+        seed=seed,
+        latency_ms_mean=latency_ms,
+        latency_ms_jitter=latency_jitter_ms,
+        fault_timeout_rate=fault_timeout_rate,
+        fault_http_5xx_rate=fault_5xx_rate,
+        fault_malformed_rate=fault_malformed_rate,
     )
-    world = load_world(data_dir)
-    provider = SimulatedProvider(world, config, model=model, inject_faults=False)
+    truth = load_world(data_dir)
+    provider = SimulatedProvider(truth, config, model=model, inject_faults=False)
     server = SimServer(
         provider,
         host,
@@ -173,7 +197,12 @@ def serve(
         )
     click.echo(
         f"SIMULATED OpenAI-compatible server: model {model!r} "
-        f"({len(world.questions)} questions from {world.source}) at {server.base_url}"
+        f"({len(truth.questions)} questions from {truth.source}) at {server.base_url}"
+    )
+    click.echo(
+        f"  world: profile {config.profile}, temperature {config.agent_temperature:g} when a "
+        f"request names none, text flips {config.text_flip_rate:g}, length cost "
+        f"{config.length_cost:g}"
     )
     click.echo(
         f"  faults: timeout {fault_timeout_rate:g}, 5xx {fault_5xx_rate:g}, "
@@ -211,34 +240,37 @@ def serve(
     help="pools.json: report per pool.",
 )
 @click.option("--json", "as_json", is_flag=True)
+@_WORLD
 def oracle(
     data_dir: Path,
     skills_dir: Path,
     system_prompt: Path | None,
     pools_file: Path | None,
     as_json: bool,
+    world: tuple[str, ...],
 ) -> None:
     """Expected (noise-free) accuracy of a SIMULATED skill set, its optimum, the best possible."""
     from trm_assets.llm.sim.oracle import load_skills, optimal_skills, oracle_table
     from trm_assets.llm.sim.world import load_world
 
-    world = load_world(data_dir)
-    config = SimConfig()
+    config = _sim_config(world, {})
+    truth = load_world(data_dir)
     skills = load_skills(skills_dir)
     system = system_prompt.read_text(encoding="utf-8") if system_prompt else ""
-    pools: dict[str, list[str]] = {"all": sorted(world.questions)}
+    pools: dict[str, list[str]] = {"all": sorted(truth.questions)}
     if pools_file is not None:
         pools.update(_read_pools(pools_file))
     report: dict[str, object] = {
         "simulated": True,
+        "sim": config.model_dump(mode="json", exclude=set(SIM_NOT_ANSWERS)),
         "data": str(data_dir),
         "skills": str(skills_dir),
         "pools": {},
     }
     for name, qids in pools.items():
-        seed_rows = oracle_table(world, qids, skills, config, system_prompt=system)
+        seed_rows = oracle_table(truth, qids, skills, config, system_prompt=system)
         opt_rows = oracle_table(
-            world, qids, optimal_skills(world, skills), config, system_prompt=system
+            truth, qids, optimal_skills(truth, skills), config, system_prompt=system
         )
         report["pools"][name] = [  # type: ignore[index]
             {

@@ -29,7 +29,13 @@ def progress_reporter() -> Any:
 
     from trm_assets.harness.loop.progress import ProgressReporter
 
-    every = float(os.environ.get("TRM_PROGRESS_EVERY_S", "10"))
+    raw = os.environ.get("TRM_PROGRESS_EVERY_S", "10")
+    try:
+        every = float(raw)
+    except ValueError:
+        every = float("nan")
+    if not every > 0 or every == float("inf"):
+        raise click.UsageError(f"TRM_PROGRESS_EVERY_S: expected seconds > 0, got {raw!r}")
     return ProgressReporter(lambda line: click.echo(f"  … {line}"), every_s=every)
 
 

@@ -30,7 +30,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -41,7 +41,8 @@ from trm_assets.llm.sim_config import SimConfig
 
 ENV_PREFIX = "TRM_"
 # Environment variables with the TRM_ prefix that belong to Settings, not to RunConfig.
-_SETTINGS_ENV_PREFIXES = ("TRM_LLM_", "TRM_DAGSTER_", "TRM_HOME")
+# Engineering variables, not config keys (TRM_PROGRESS_EVERY_S: `trm train`'s progress cadence)
+_SETTINGS_ENV_PREFIXES = ("TRM_LLM_", "TRM_DAGSTER_", "TRM_HOME", "TRM_PROGRESS_EVERY_S")
 
 
 def _field(default: Any, allowed: str, **kw: Any) -> Any:
@@ -489,12 +490,34 @@ def parse_set_overrides(items: Sequence[str]) -> dict[str, Any]:
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     """``TRM_GATE_ALPHA=0.1`` / ``TRM_SIM__SEED=3`` → nested dict (Settings variables skipped)."""
     out: dict[str, Any] = {}
+    bad: list[str] = []
     for name in sorted(environ):
         if not name.startswith(ENV_PREFIX) or name.startswith(_SETTINGS_ENV_PREFIXES):
             continue
         dotted = name[len(ENV_PREFIX) :].lower().replace("__", ".")
+        top = dotted.split(".", 1)[0]
+        if top not in RunConfig.model_fields:  # the variable, not a key nobody typed
+            section = next((f for f in _SECTIONS if top.startswith(f"{f}_")), None)
+            hint = (
+                f" (a key of the {section} section: {ENV_PREFIX}{section.upper()}__"
+                f"{top[len(section) + 1 :].upper()})"
+                if section
+                else " (see `trm config show` for the keys)"
+            )
+            bad.append(f"{name}: no config key {top!r}{hint}")
+            continue
         _set_dotted(out, dotted, _parse_scalar(environ[name]))
+    if bad:
+        raise ConfigError(bad, "environment")
     return out
+
+
+#: The nested sections of RunConfig (an environment variable reaches their keys with ``__``).
+_SECTIONS: Final = tuple(
+    name
+    for name, info in RunConfig.model_fields.items()
+    if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+)
 
 
 def read_dotenv(path: str | Path = ".env") -> dict[str, str]:

@@ -124,10 +124,15 @@ def test_hybrid_check_skipped_when_alpha_itself_invalid() -> None:
 
 
 def test_unknown_env_key_is_an_error_but_settings_vars_are_not() -> None:
-    with pytest.raises(ConfigError, match="gate_alpah: unknown key"):
+    with pytest.raises(ConfigError, match="TRM_GATE_ALPAH: no config key 'gate_alpah'"):
         load_config(None, environ={"TRM_GATE_ALPAH": "0.1"}, dotenv_path=None)
-    cfg = load_config(None, environ={"TRM_LLM_API_KEY": "sk-x", "OTHER": "1"}, dotenv_path=None)
-    assert cfg == RunConfig()
+    # a section key spelled with one underscore: the variable and its right spelling are named
+    with pytest.raises(ConfigError, match=r"TRM_SIM_PROFILE: .*sim section: TRM_SIM__PROFILE\)"):
+        load_config(None, environ={"TRM_SIM_PROFILE": "realistic"}, dotenv_path=None)
+    # engineering variables are not config keys (TRM_PROGRESS_EVERY_S is in the README and made
+    # every config load fail)
+    env = {"TRM_LLM_API_KEY": "sk-x", "OTHER": "1", "TRM_PROGRESS_EVERY_S": "2", "TRM_HOME": "/x"}
+    assert load_config(None, environ=env, dotenv_path=None) == RunConfig()
 
 
 def test_yaml_errors_are_located(tmp_path: Path) -> None:

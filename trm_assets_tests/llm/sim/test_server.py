@@ -131,11 +131,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+WORLD = ("--sim", "profile=realistic", "--sim", "length_cost=0.2")
+
+
 def test_sim_serve_command_answers_plain_http(tmp_path: object) -> None:
     port = _free_port()
     code = "from trm_assets.cli.sim import serve; serve()"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "--port", str(port), "--data", str(SMOKE)],
+        [sys.executable, "-c", code, "--port", str(port), "--data", str(SMOKE), *WORLD],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -174,3 +177,6 @@ def test_sim_serve_command_answers_plain_http(tmp_path: object) -> None:
             proc.kill()
             out, _ = proc.communicate(timeout=10)
     assert "SIMULATED" in out
+    # the served world is the one asked for (a profile, and a key over it)
+    assert "profile realistic, temperature 0 when a request names none" in out
+    assert "text flips 0.15, length cost 0.2" in out

@@ -128,6 +128,36 @@ def test_oracle_command_reports_seed_optimal_and_best(tmp_path: Path) -> None:
     assert "SIMULATED" in text
 
 
+def test_oracle_command_scores_the_world_it_is_given() -> None:
+    """``--sim`` selects the world (review: the command could only score the default one): the
+    realistic profile's figures equal the oracle's own under that profile, and a bad key is a
+    usage error naming it."""
+    from trm_assets.llm.sim.oracle import load_skills, oracle_table
+    from trm_assets.llm.sim_config import SimConfig
+
+    args = ["--data", str(SMOKE), "--skills", str(PROMPTS / "skills"), "--json"]
+    rows = {}
+    for name, extra in (("default", []), ("realistic", ["--sim", "profile=realistic"])):
+        result = CliRunner().invoke(oracle, [*args, *extra])
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.output)
+        assert report["sim"]["profile"] == name
+        rows[name] = report["pools"]["all"]
+    world = load_world(SMOKE)
+    want = oracle_table(
+        world,
+        sorted(world.questions),
+        load_skills(PROMPTS / "skills"),
+        SimConfig(profile="realistic"),
+    )
+    assert [r["expected"] for r in rows["realistic"]] == [round(w.expected, 4) for w in want]
+    assert rows["realistic"] != rows["default"]
+    bad = CliRunner().invoke(oracle, [*args, "--sim", "text_flip_rate=0.9"])
+    assert bad.exit_code == 2 and "text_flip_rate" in bad.output and "Traceback" not in bad.output
+    bad = CliRunner().invoke(oracle, [*args, "--sim", "nope=1"])
+    assert bad.exit_code == 2 and "nope" in bad.output
+
+
 def test_ground_truth_errors_name_the_problem(tmp_path: Path) -> None:
     bad = json.loads((SMOKE / "ground_truth.json").read_text())
     first = sorted(bad["questions"])[0]
