@@ -474,8 +474,17 @@ def format_sweep(sweep: dict[str, Any]) -> str:
     "set of seeds, report on another.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object only.")
-@click.option("--aa", is_flag=True, help="Run the A/A audit (no-op proposals) instead.")
-@click.option("--sweep", is_flag=True, help="Run the helpful-proposal-share sweep instead.")
+@click.option(
+    "--aa",
+    is_flag=True,
+    help="Run the A/A audit (no-op proposals; policies from --aa-policies) instead of the "
+    "comparison (with --sweep: both the audit and the sweep).",
+)
+@click.option(
+    "--sweep",
+    is_flag=True,
+    help="Run the helpful-proposal-share sweep (all four policies) instead of the comparison.",
+)
 @click.option(
     "--budget",
     type=click.IntRange(min=1),
