@@ -27,6 +27,7 @@ from trm_assets.harness.storage.checkpoint import (
     save_state,
     save_state_behind,
 )
+from trm_assets.harness.storage.workspace import lost_state_message, read_manifest, runs_past_init
 
 Echo = Callable[[str], None]
 
@@ -89,6 +90,8 @@ def open_session(ctx: LoopContext, action: Action, *, echo: Echo | None = None) 
         existing = load_state(paths.state, ctx.cfg)
         if existing is not None and existing.initialized:
             raise CheckpointError(f"{paths.state}: training is already initialised")
+        if existing is None and (lost := runs_past_init(read_manifest(ctx.workspace))):
+            raise CheckpointError(lost_state_message(paths.state, lost))
         return UnitSession(ctx, action, new_state(ctx.cfg), echo)
     prefix = cache_prefix(ctx.base, action)
     state = open_unit(ctx.workspace, paths.state, ctx.cfg, paths.baseline_cache, prefix)

@@ -47,7 +47,9 @@ from trm_assets.harness.storage.versions import (
 from trm_assets.harness.storage.workspace import (
     RUN_DB_FILE,
     Manifest,
+    lost_state_message,
     read_manifest,
+    runs_past_init,
     store_roots,
 )
 
@@ -83,6 +85,8 @@ def check_workspace(workspace: str | Path) -> CheckReport:
         )
     _check_store(ws, report)
     state = _guard(report, lambda: _load_state(ws))
+    if not (ws / "state.json").exists() and (lost := runs_past_init(manifest)):
+        report.problems.append(lost_state_message(ws / "state.json", lost))
     _check_pointers(ws, state, report)
     if state is not None:
         _check_mark(ws, state, report)

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Unpack
+from typing import Any, Final, Literal, Unpack
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -143,6 +143,25 @@ class Manifest(BaseModel):
             if r.run_id == run_id:
                 return r
         return None
+
+
+#: Run ids of the training loop (``LoopContext.base``): ``train_init``, then ``train_e{E}_…``.
+TRAIN_RUN_PREFIX: Final = "train_"
+
+
+def runs_past_init(manifest: Manifest) -> list[str]:
+    """Training runs recorded after the init unit (steps, gates, slow updates): each can only
+    start from a committed ``state.json``, so with the state missing they mean it was lost."""
+    return [r.run_id for r in manifest.history if r.run_id.startswith(f"{TRAIN_RUN_PREFIX}e")]
+
+
+def lost_state_message(state_path: Path, runs: list[str]) -> str:
+    return (
+        f"{state_path}: missing, but the workspace trained past its start ({len(runs)} "
+        f"training run(s) recorded, the last {runs[-1]}): the training state cannot be "
+        "rebuilt from the skills (a new start would evaluate evolved skills as the seed). "
+        "Restore state.json from a backup, or start over with `trm init` on a new workspace"
+    )
 
 
 def manifest_path(workspace: str | Path) -> Path:

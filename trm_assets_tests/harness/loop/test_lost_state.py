@@ -1,0 +1,42 @@
+"""A lost ``state.json`` (review of the CLI's bad inputs): with training runs past the init unit
+on record the loop refuses to start over — a new start evaluated the evolved skills as the seed
+and mixed the old runs in — and ``trm check`` reports it. A state lost before any step (a kill
+inside the init unit) still starts over."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trm_assets.harness.loop.context import loop_context
+from trm_assets.harness.loop.plan import Action
+from trm_assets.harness.loop.runner import current_action, run_action
+from trm_assets.harness.storage.checkpoint import CheckpointError, load_state
+from trm_assets.harness.storage.integrity import check_workspace
+from trm_assets.harness.storage.workspace import read_manifest
+from trm_assets.llm.factory import build_providers
+from trm_assets_tests.harness.loop.conftest import new_workspace, tiny_config
+
+
+def test_a_state_lost_after_a_step_is_refused_and_reported(tmp_path: Path) -> None:
+    cfg = tiny_config()
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        run_action(ctx, current_action(ctx))  # init
+        (ws / "state.json").unlink()  # lost before any step: init may run again
+        assert check_workspace(ws).ok
+        assert current_action(ctx) == Action("init")
+        run_action(ctx, Action("init"))
+        run_action(ctx, current_action(ctx))  # step e0 s0
+        assert current_action(ctx) == Action("step", epoch=0, step=1)
+        (ws / "state.json").unlink()
+        last = [r.run_id for r in read_manifest(ws).history if r.run_id.startswith("train_e")]
+        assert last
+        with pytest.raises(CheckpointError, match="missing, but the workspace trained") as e:
+            run_action(ctx, current_action(ctx))
+        assert f"the last {last[-1]}" in str(e.value)
+        assert load_state(ws / "state.json", cfg) is None  # nothing was written
+    report = check_workspace(ws)
+    assert not report.ok
+    assert any("state.json: missing, but the workspace trained" in p for p in report.problems)
