@@ -77,25 +77,31 @@ def criteria(runs: Sequence[Mapping[str, Any]], budget: int | None = None) -> di
     others = sorted({r["policy"] for r in runs} - {policy})
     gains = {o: paired(runs, policy, o) for o in others}
     decided = [g for r in own for g in r["gates"] if g["decided"]]
+    # runs files written before the kind was recorded: the kind-based bounds are not assessed
+    kinds = all("kind" in g for g in decided) and all(
+        "harmful_kind_surviving_delivered" in r for r in own
+    )
     neutral = {
         "effect": _neutral([g for g in decided if g["truth"] == "neutral"]),
-        "kind": _neutral([g for g in decided if g.get("kind", "neutral") == "neutral"]),
+        "kind": _neutral([g for g in decided if kinds and g["kind"] == "neutral"]),
     }
-    harmful = {
+    harmful: dict[str, float | None] = {
         "effect": statistics.fmean(r["harmful_surviving_delivered"] for r in own),
-        "kind": statistics.fmean(
-            r.get("harmful_kind_surviving_delivered", r["harmful_surviving_delivered"]) for r in own
+        "kind": (
+            statistics.fmean(r["harmful_kind_surviving_delivered"] for r in own) if kinds else None
         ),
     }
     checks: dict[str, bool | None] = {
         **{f"gain >= {o}": g["mean"] is not None and g["mean"] >= 0 for o, g in gains.items()},
     }
     for how in ("effect", "kind"):
-        rate = neutral[how]["rate"]
+        rate, surviving = neutral[how]["rate"], harmful[how]
         checks[f"neutral accepted <= 3% ({how})"] = (
             None if rate is None else rate <= NEUTRAL_ACCEPTED_MAX
         )
-        checks[f"harmful surviving <= 0.05/run ({how})"] = harmful[how] <= HARMFUL_SURVIVING_MAX
+        checks[f"harmful surviving <= 0.05/run ({how})"] = (
+            None if surviving is None else surviving <= HARMFUL_SURVIVING_MAX
+        )
     seeds = len({r["seed"] for r in own})
     unassessed = [k for k, ok in checks.items() if ok is None]
     if seeds < MIN_SEEDS:
@@ -127,6 +133,9 @@ def format_criteria(c: Mapping[str, Any]) -> str:
         )
     for how in ("effect", "kind"):
         n, h = c["neutral"][how], c["harmful_surviving_per_run"][how]
+        if h is None:
+            lines.append(f"  by {how}: not recorded in these runs")
+            continue
         rate = "n/a" if n["rate"] is None else f"{100 * n['rate']:.1f}%"
         lines.append(
             f"  by {how}: neutral accepted {n['accepted']} of {n['gated']} ({rate}), "

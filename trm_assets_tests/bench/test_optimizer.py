@@ -186,19 +186,19 @@ def test_paired_differences_and_their_standard_error() -> None:
     g = c["paired_gain"]["accept_all"]
     assert g["seeds"] == 2 and math.isclose(g["mean"], 0.01)  # (0.04 − 0.02) / 2
     assert math.isclose(g["se"], 0.03)  # sd of (0.04, −0.02) = 0.03·√2, over √2
-    # runs files written before the kind was recorded: every gate a rewording, survivors by effect
-    assert (
-        c["neutral"]["effect"] == c["neutral"]["kind"] == {"gated": 60, "accepted": 3, "rate": 0.05}
-    )
-    assert math.isclose(c["harmful_surviving_per_run"]["kind"], 1 / 3)
+    assert c["neutral"]["effect"] == {"gated": 60, "accepted": 3, "rate": 0.05}
+    assert math.isclose(c["harmful_surviving_per_run"]["effect"], 1 / 3)
+    # runs written before the kind was recorded: the kind-based bounds are not assessed
+    assert c["harmful_surviving_per_run"]["kind"] is None
     assert c["checks"] == {
         "gain >= accept_all": True,
         "neutral accepted <= 3% (effect)": False,
         "harmful surviving <= 0.05/run (effect)": False,
-        "neutral accepted <= 3% (kind)": False,
-        "harmful surviving <= 0.05/run (kind)": False,
+        "neutral accepted <= 3% (kind)": None,
+        "harmful surviving <= 0.05/run (kind)": None,
     }
-    assert c["met"] is False and c["not_assessed"] == ["3 seed(s) < 5"]
+    assert c["met"] is False and c["not_assessed"][-1] == "3 seed(s) < 5"
+    assert "by kind: not recorded" in format_criteria(c)
     assert "not met: neutral accepted" in format_criteria(c)
     assert criteria([r for r in runs if r["policy"] != "ce_gate"]) is None
     # nothing to count is not a pass: no neutral gated and otherwise clean → not assessed
