@@ -374,6 +374,29 @@ def _binary_skill(env: Env) -> list[str]:
     return _resume(env)
 
 
+def _not_utf8(where: str) -> Prepare:
+    """``config`` / ``questions`` / ``state``: that file holds bytes that are not UTF-8."""
+
+    def prep(env: Env) -> list[str]:
+        junk = b"\x00\xff\xfe garbage"
+        if where == "config":
+            p = env.root / "config.yaml"
+            p.write_bytes(junk)
+            return _resume(env, p)
+        if where == "questions":
+            (env.data / "questions.json").write_bytes(junk)
+            return _resume(env, env.use_data_copy())
+        env.state.write_bytes(junk)
+        return _resume(env)
+
+    return prep
+
+
+def _state_lost(env: Env) -> list[str]:
+    env.state.unlink()
+    return _resume(env)
+
+
 def _truncated_cache(env: Env) -> list[str]:
     for p in sorted((env.ws / "baseline_cache").glob("*.json")):
         p.write_bytes(p.read_bytes()[:40])
@@ -512,6 +535,10 @@ CASES: tuple[Case, ...] = (
         ("state.json", "rejected_buffer", "rejected"),
     ),
     Case("state-truncated-json", _truncate("state.json"), ("state.json", "line")),
+    Case("state-not-utf8", _not_utf8("state"), ("state.json: not UTF-8 text",)),
+    Case("state-lost-after-training", _state_lost, ("state.json: missing, but the workspace",)),
+    Case("config-not-utf8", _not_utf8("config"), ("config.yaml", "not UTF-8 text")),
+    Case("questions-not-utf8", _not_utf8("questions"), ("questions.json", "UTF-8")),
     Case("state-wrong-format", _state(lambda d: d.__setitem__("format", "v0")), ("state.json",)),
     Case("state-not-an-object", _state(lambda d: [d]), ("state.json", "object")),
     Case(

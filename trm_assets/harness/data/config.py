@@ -546,6 +546,8 @@ def read_yaml_config(path: str | Path) -> dict[str, Any]:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError([f"cannot read the file ({e.strerror})"], str(p)) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError([f"not UTF-8 text (byte {e.start})"], str(p)) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -37,7 +37,7 @@ def _classify_json(path: Path) -> str:
     """'tree' | 'questions' | 'unknown' by a cheap look at the top-level shape."""
     try:
         head = path.read_text(encoding="utf-8").lstrip()[:1]
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # the loaders say what is wrong with the file
         return "unknown"
     if head == "[":
         return "questions"

@@ -151,6 +151,8 @@ def load_questions_json(path: Path) -> list[Question]:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise QuestionFormatError(source, None, None, f"a readable file ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise QuestionFormatError(source, f"byte {e.start}", None, "UTF-8 text") from None
     try:
         data = json.loads(strip_trailing_commas(text))
     except json.JSONDecodeError as e:
@@ -236,6 +238,8 @@ def load_questions_csv(path: Path) -> list[Question]:
                     out.append(built)
     except OSError as e:
         raise QuestionFormatError(source, None, None, f"a readable file ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise QuestionFormatError(source, f"byte {e.start}", None, "UTF-8 text") from None
     col.raise_if_any()
     return out
 

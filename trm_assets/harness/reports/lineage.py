@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trm_assets.domain.question import skill_file_name
-from trm_assets.harness.storage.checkpoint import encode_record, parse_state_json, state_from_dict
+from trm_assets.harness.storage.checkpoint import (
+    encode_record,
+    parse_state_json,
+    read_state_text,
+    state_from_dict,
+)
 from trm_assets.harness.storage.runlog import RunLogReader
 from trm_assets.harness.storage.versions import (
     VersionMeta,
@@ -50,7 +55,7 @@ def load_state_dict(workspace: str | Path) -> dict[str, Any] | None:
     path = Path(workspace) / "state.json"
     if not path.exists():
         return None
-    return parse_state_json(path.read_text(encoding="utf-8"), path)
+    return parse_state_json(read_state_text(path), path)
 
 
 def epoch_summary(workspace: str | Path, epoch: int) -> dict[str, Any] | None:

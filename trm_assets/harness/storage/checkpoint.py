@@ -383,6 +383,14 @@ def _raise_new(errors: list[BaseException]) -> None:
 before_every_write(wait_for_commits)
 
 
+def read_state_text(path: Path) -> str:
+    """The text of a ``state.json``; bytes that are not UTF-8 are a :class:`CheckpointError`."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path}: not UTF-8 text (byte {e.start})") from None
+
+
 def parse_state_json(text: str, path: Path) -> dict[str, Any]:
     """The JSON object of a ``state.json`` text; :class:`CheckpointError` naming the file for
     anything else (a truncated or hand-edited file is a message, not a traceback)."""
@@ -415,7 +423,7 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
         cached = _STATE_CACHE.get(path.absolute())
         text = cached[1] if cached is not None and cached[0] == key else None
         if text is None:
-            text = path.read_text(encoding="utf-8")
+            text = read_state_text(path)
         _STATE_CACHE[path.absolute()] = (key, text)
     assert text is not None
     state = state_from_dict(parse_state_json(text, path), str(path))

@@ -40,3 +40,17 @@ def test_a_state_lost_after_a_step_is_refused_and_reported(tmp_path: Path) -> No
     report = check_workspace(ws)
     assert not report.ok
     assert any("state.json: missing, but the workspace trained" in p for p in report.problems)
+
+
+@pytest.mark.parametrize("junk", [b'{"epoch": 0, "next', b"\x00\xff\xfe"])
+def test_trm_report_on_an_unreadable_state_names_the_file(tmp_path: Path, junk: bytes) -> None:
+    """`trm report` read state.json with a bare json.loads (a JSONDecodeError traceback)."""
+    from trm_assets.cli.train import report_data
+
+    cfg = tiny_config()
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        run_action(ctx, current_action(ctx))
+    (ws / "state.json").write_bytes(junk)
+    with pytest.raises(CheckpointError, match=r"state\.json: (invalid JSON|not UTF-8)"):
+        report_data(ws)
