@@ -32,10 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
 from trm_assets.domain.errors import TrmError
-from trm_assets.harness.data.config import RunConfig, load_config
+from trm_assets.harness.data.config import RunConfig, load_config, read_yaml_config
 from trm_assets.harness.loop.context import LoopContext, loop_context
 from trm_assets.harness.loop.gate import NO_LADDER, GateRequest, ValidationOutcome
 from trm_assets.harness.loop.observer import LoopObserver
@@ -164,7 +162,7 @@ def resolve_config(spec: RunSpec) -> RunConfig:
 
     Relative data paths of the YAML are made absolute against the repository (runs happen in
     worker processes and temp dirs); the environment and ``.env`` are ignored (determinism)."""
-    raw = yaml.safe_load(Path(spec.config_path).read_text(encoding="utf-8")) or {}
+    raw = read_yaml_config(spec.config_path)  # a ConfigError naming the file, not a traceback
     paths = []
     for key in _PATH_KEYS:
         value = raw.get(key)

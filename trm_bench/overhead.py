@@ -53,7 +53,12 @@ import click
 import yaml
 
 from trm_assets.domain.errors import TrmError
-from trm_assets.harness.data.config import RunConfig, config_to_yaml, load_config
+from trm_assets.harness.data.config import (
+    RunConfig,
+    config_to_yaml,
+    load_config,
+    read_yaml_config,
+)
 from trm_assets.harness.loop.context import loop_context
 from trm_assets.harness.loop.observer import LoopObserver
 from trm_assets.harness.loop.plan import Action
@@ -95,7 +100,7 @@ Progress = Callable[[str], None]
 
 def write_config(directory: Path, base: Path, overrides: Sequence[str]) -> Path:
     """A real YAML file (subprocesses read it) with absolute data paths and the overrides."""
-    raw = yaml.safe_load(base.read_text(encoding="utf-8")) or {}
+    raw = read_yaml_config(base)  # a ConfigError naming the file, not a traceback
     for key in _PATH_KEYS:
         v = raw.get(key)
         if isinstance(v, str) and not Path(v).is_absolute():

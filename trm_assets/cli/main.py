@@ -11,11 +11,11 @@ import sys
 
 import click
 
-from trm_assets.cli.support import LazyGroup, fail_on_trm_error
+from trm_assets.cli.support import LazyGroup, TopGroup, fail_on_trm_error
 
 
 @click.group(
-    cls=LazyGroup,
+    cls=TopGroup,
     lazy={
         "init": (
             "trm_assets.cli.init:init_cmd",

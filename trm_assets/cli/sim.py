@@ -299,7 +299,10 @@ def oracle(
 
 def _read_pools(path: Path) -> dict[str, list[str]]:
     """Question-id lists of a pools.json (any top-level key whose value is a list of ids)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON
+        raise click.BadParameter(f"{path}: {e}", param_hint="--pools") from None
     found: dict[str, list[str]] = {}
     src = data.get("pools", data) if isinstance(data, dict) else {}
     if isinstance(src, dict):

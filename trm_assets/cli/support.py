@@ -6,6 +6,7 @@ import errno
 import functools
 import importlib
 import importlib.util
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -50,6 +51,26 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
+class TopGroup(LazyGroup):
+    """The ``trm`` group: any subcommand's TrmError (and disk-full, permission, address-in-use
+    OSErrors) reaching the top is shown as ``error:`` lines with exit code 2, like the commands
+    wrapped in :func:`fail_on_trm_error` — so a command that forgot the wrapper (or a benchmark)
+    never prints a traceback for a user's mistake."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as e:
+            lines = error_lines(e)
+            if lines is None:
+                raise
+            for line in lines:
+                click.echo(f"error: {line}", err=True)
+            sys.exit(2)
+
+
 #: ``OSError`` numbers that describe the machine, not a bug: shown as an ``error:`` line.
 _ENVIRONMENT_ERRNOS = frozenset(
     {
@@ -66,6 +87,8 @@ _ENVIRONMENT_ERRNOS = frozenset(
         errno.ENFILE,
         errno.EIO,
         errno.ENAMETOOLONG,
+        errno.EADDRINUSE,
+        errno.EADDRNOTAVAIL,
     }
 )
 _DISK_FULL_HINT = (
@@ -95,6 +118,8 @@ def _error_lines(e: BaseException) -> list[str] | None:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             return [f"{where}{cause} ({_DISK_FULL_HINT})"]
         return [f"{where}{cause}"]
+    if isinstance(e, socket.gaierror):  # a host name that does not resolve
+        return [f"cannot resolve the host ({e.strerror or e})"]
     if "no space left on device" in str(e).lower():  # DuckDB and other libraries' IO errors
         first = str(e).strip().splitlines()[0]
         return [f"{first} ({_DISK_FULL_HINT})"]

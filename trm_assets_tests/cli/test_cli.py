@@ -88,3 +88,28 @@ def test_config_show_resolves_and_reports_all_errors(tmp_path: Path, monkeypatch
     assert res.exit_code == 2
     assert "gate_alpa: unknown key" in res.output and "epochs:" in res.output
     assert "Traceback" not in res.output
+
+
+def test_every_subcommand_shows_a_users_mistake_as_an_error_line(tmp_path: Path) -> None:
+    """Commands without their own wrapper (the simulator's, the benchmarks') printed tracebacks
+    for a missing file, a taken port or a config that is not a mapping (review of bad inputs);
+    the top group turns them into ``error:`` lines with exit code 2."""
+    import socket
+
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- 1\n", encoding="utf-8")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        cases = [
+            (["sim-oracle", "--data", str(tmp_path / "nope")], "expected a readable ground-truth"),
+            (["sim-serve", "--port", port, "--data", "data/smoke"], "Address already in use"),
+            (["data", "synth", "--out", "/proc/synth", "--videos", "2", "--seed", "1"], "/proc"),
+            (["bench", "overhead", "--config", str(listing)], "top level must be a mapping"),
+        ]
+        for args, says in cases:
+            res = CliRunner().invoke(main, args)
+            assert res.exit_code in (1, 2), (args, res.output, res.exception)
+            assert says in res.output and "Traceback" not in res.output, (args, res.output)
+            assert not isinstance(res.exception, Exception) or isinstance(res.exception, SystemExit)
