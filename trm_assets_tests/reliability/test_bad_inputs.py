@@ -536,6 +536,26 @@ CASES: tuple[Case, ...] = (
     ),
     Case("state-truncated-json", _truncate("state.json"), ("state.json", "line")),
     Case("state-not-utf8", _not_utf8("state"), ("state.json: not UTF-8 text",)),
+    Case(
+        "state-epoch-not-a-number",
+        _state(lambda d: d.__setitem__("epoch", "zero")),
+        ("state.json", "epoch: 'zero' (expected an integer"),
+    ),
+    Case(
+        "state-epoch-past-its-history",  # silently finalized
+        _state(lambda d: d.__setitem__("epoch", 99)),
+        ("state.json", "epoch: 99 disagrees with the history"),
+    ),
+    Case(
+        "state-slow-done-out-of-range",
+        _state(lambda d: d.__setitem__("slow_done", 50)),
+        ("state.json", "slow_done: 50 (expected an integer in 0..10)"),
+    ),
+    Case(
+        "state-finalized-not-a-bool",
+        _state(lambda d: d.__setitem__("finalized", "no")),
+        ("state.json", "finalized: 'no' (expected true or false)"),
+    ),
     Case("state-lost-after-training", _state_lost, ("state.json: missing, but the workspace",)),
     Case("config-not-utf8", _not_utf8("config"), ("config.yaml", "not UTF-8 text")),
     Case("questions-not-utf8", _not_utf8("questions"), ("questions.json", "UTF-8")),

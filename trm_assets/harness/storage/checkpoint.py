@@ -227,6 +227,39 @@ def state_to_dict(state: TrainState) -> dict[str, Any]:
     return {"format": STATE_FORMAT, **d}
 
 
+#: The planner's progress fields and their allowed ranges (inclusive; None: unbounded).
+_PROGRESS_INTS: Final[Mapping[str, tuple[int, int | None]]] = {
+    "epoch": (0, None),
+    "epoch_started": (-1, None),
+    "next_step": (0, None),
+    "slow_done": (0, N_SLOW_STEPS),
+    "steps_since_best_improved": (0, None),
+}
+_PROGRESS_BOOLS: Final = ("initialized", "early_stopped", "finalized", "gate_epoch_observed")
+
+
+def _check_progress(kw: Mapping[str, Any], source: str) -> None:
+    """The fields the planner reads have their types and ranges, and ``epoch`` agrees with the
+    epoch history (the last slow update appends the epoch's entry, then the epoch advances): a
+    hand-edited ``"epoch": 99`` finalized silently, ``"zero"`` was a TypeError in the planner."""
+    bad = [
+        f"{k}: {kw[k]!r} (expected true or false)"
+        for k in _PROGRESS_BOOLS
+        if not isinstance(kw[k], bool)
+    ]
+    for k, (lo, hi) in _PROGRESS_INTS.items():
+        v = kw[k]
+        if not isinstance(v, int) or isinstance(v, bool) or v < lo or (hi is not None and v > hi):
+            bad.append(f"{k}: {v!r} (expected an integer in {lo}..{'' if hi is None else hi})")
+    if not bad and not kw["epoch"] <= len(kw["history"]) <= kw["epoch"] + 1:
+        bad.append(
+            f"epoch: {kw['epoch']} disagrees with the history of {len(kw['history'])} finished "
+            "epoch(s)"
+        )
+    if bad:
+        raise CheckpointError(f"{source}: corrupt checkpoint: " + "; ".join(bad))
+
+
 def state_from_dict(data: Mapping[str, Any], source: str = "state.json") -> TrainState:
     """Rebuild the state; any missing key is corruption (hard failure, naming the keys)."""
     if data.get("format") != STATE_FORMAT:
@@ -252,6 +285,7 @@ def state_from_dict(data: Mapping[str, Any], source: str = "state.json") -> Trai
         kw["changed_task_types_this_epoch"] = list(data["changed_task_types_this_epoch"])
         for name, tp in _RECORD_FIELDS.items():
             kw[name] = decode_record(tp, data[name], f"{source}: {name}")
+        _check_progress(kw, source)
         return TrainState(**kw)
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{source}: corrupt checkpoint ({type(e).__name__}: {e})") from None
