@@ -49,9 +49,13 @@ def init_cmd(
     (config, questions file, prompt set or seed) has passed.
     """
     from trm_assets.harness.data.config import config_to_yaml, load_config
+    from trm_assets.harness.data.dataset import load_dataset
     from trm_assets.harness.storage.workspace import init_workspace, init_workspace_from_seed
 
     cfg = load_config(config_path, overrides)
+    # the data the workspace will train on (questions, a tree per video, pool sizes that fit),
+    # checked before anything is archived: a workspace a later `trm train` refuses is no start
+    load_dataset(cfg)
     common = {"config_yaml": config_to_yaml(cfg), "config_fingerprint": cfg.fingerprint()}
     if seed_name is None:
         res = init_workspace(

@@ -392,6 +392,16 @@ def _not_utf8(where: str) -> Prepare:
     return prep
 
 
+def _init_over(**changes: Any) -> Prepare:
+    """``trm init`` over the existing workspace with data the config cannot train on: refused
+    before the workspace is archived (it archived, then every train failed)."""
+
+    def prep(env: Env) -> list[str]:
+        return ["init", "--config", str(env.write_config(**changes))]
+
+    return prep
+
+
 def _state_lost(env: Env) -> list[str]:
     env.state.unlink()
     return _resume(env)
@@ -557,6 +567,8 @@ CASES: tuple[Case, ...] = (
         ("state.json", "finalized: 'no' (expected true or false)"),
     ),
     Case("state-lost-after-training", _state_lost, ("state.json: missing, but the workspace",)),
+    Case("init-pools-do-not-fit", _init_over(val_size=1000), ("leaves no diagnosis question",)),
+    Case("init-trees-missing", _init_over(trees="/nonexistent-trees"), ("/nonexistent-trees",)),
     Case("config-not-utf8", _not_utf8("config"), ("config.yaml", "not UTF-8 text")),
     Case("questions-not-utf8", _not_utf8("questions"), ("questions.json", "UTF-8")),
     Case("state-wrong-format", _state(lambda d: d.__setitem__("format", "v0")), ("state.json",)),
