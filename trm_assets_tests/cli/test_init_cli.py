@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,18 @@ from trm_assets.harness.storage import versions as store
 from trm_assets.harness.storage.workspace import default_prompts_dir, read_manifest, resolve_paths
 
 
+SMOKE = Path(__file__).resolve().parents[2] / "data" / "smoke"
+
+
 @pytest.fixture
 def cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory with a config whose data is real (init checks it before it writes)."""
     monkeypatch.chdir(tmp_path)
-    Path("q.json").write_text("[]")
-    Path("c.yaml").write_text("questions: q.json\n")
+    shutil.copy(SMOKE / "questions.json", "q.json")
+    Path("c.yaml").write_text(
+        f"questions: q.json\ntrees: {SMOKE / 'trees'}\nground_truth: "
+        f"{SMOKE / 'ground_truth.json'}\ntest_size: 12\nval_size: 72\neval_min_per_class: 2\n"
+    )
     return tmp_path
 
 
