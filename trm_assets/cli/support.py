@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 import socket
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +52,25 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """The project's own warnings (their class is ours) as ``warning:`` lines, not a source
+    line and its path; any other package's warning as Python shows it."""
+    if category.__module__.split(".")[0] == "trm_assets":
+        click.echo(f"warning: {message}", err=True)
+        return
+    _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
+
+
+_PYTHON_SHOWWARNING = warnings.showwarning
+
+
 class TopGroup(LazyGroup):
     """The ``trm`` group: any subcommand's TrmError (and disk-full, permission, address-in-use
     OSErrors) reaching the top is shown as ``error:`` lines with exit code 2, like the commands
@@ -59,7 +79,9 @@ class TopGroup(LazyGroup):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as e:

@@ -12,7 +12,6 @@ from trm_assets.cli.init import init_cmd
 from trm_assets.harness.storage import versions as store
 from trm_assets.harness.storage.workspace import default_prompts_dir, read_manifest, resolve_paths
 
-
 SMOKE = Path(__file__).resolve().parents[2] / "data" / "smoke"
 
 

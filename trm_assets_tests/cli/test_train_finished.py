@@ -1,0 +1,53 @@
+"""`trm train --resume` on a finalized workspace (review of bad inputs): it resumed into nothing,
+printing a raw ConfigDriftWarning with its source line and "0 Dagster run(s)"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from trm_assets.cli import main
+from trm_assets.harness.data.config import config_to_yaml
+from trm_assets.harness.loop.context import loop_context
+from trm_assets.harness.loop.runner import train
+from trm_assets.llm.factory import build_providers
+from trm_assets_tests.tiny import new_workspace, tiny_config
+
+
+def test_resuming_a_finalized_workspace_says_so(tmp_path: Path) -> None:
+    cfg = tiny_config("epochs=1", "steps_per_epoch=1")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        summary = train(ctx)
+    assert summary.state is not None and summary.state.finalized
+    config = tmp_path / "c.yaml"
+    config.write_text(config_to_yaml(cfg), encoding="utf-8")
+    before = (ws / "state.json").read_bytes()
+    base = ["train", "--workspace", str(ws), "--config", str(config), "--resume", "--no-dagster"]
+
+    done = CliRunner().invoke(main, base)
+    assert done.exit_code == 0, done.output
+    assert "nothing to do: training finished after 1 epoch(s) (completed)" in done.output
+
+    more = CliRunner().invoke(main, [*base, "--epochs", "3"])
+    assert more.exit_code == 2, more.output
+    assert "finalized workspace does not train further" in more.output
+    assert "Traceback" not in more.output and (ws / "state.json").read_bytes() == before
+
+    # a changed decision knob warns as a line, not as Python's warning with its source line
+    from trm_assets.cli.support import TopGroup
+    from trm_assets.harness.storage.checkpoint import load_state
+
+    group = TopGroup(name="t")
+
+    @group.command("read")
+    def read() -> None:  # smoke's gate_alpha is 0.10
+        load_state(
+            ws / "state.json", tiny_config("epochs=1", "steps_per_epoch=1", "gate_alpha=0.2")
+        )
+
+    res = CliRunner().invoke(group, ["read"])
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert res.output.startswith("warning: ") and "resuming with the new values" in res.output
+    assert "warnings.warn" not in res.output and ".py:" not in res.output
