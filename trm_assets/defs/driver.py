@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import yaml
 
 from trm_assets.defs.build import ExperimentDefs, build_experiment
 from trm_assets.defs.experiments import Experiment, register
@@ -60,6 +61,12 @@ def ensure_dagster_home() -> Path:
         try:
             with dg.DagsterInstance.get() as instance:  # creates (or migrates) the storage
                 instance.get_runs(limit=1)
+        except (yaml.YAMLError, dg.DagsterInvalidConfigError) as e:  # a hand-edited dagster.yaml
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise TrmError(
+                f"{home / 'dagster.yaml'} (DAGSTER_HOME): not a valid Dagster instance config "
+                f"({first}); fix or remove the file (see the README's Dagster section)"
+            ) from None
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
     return home
@@ -121,8 +128,23 @@ def _failure_detail(result: dg.ExecuteInProcessResult) -> str:
         return ""
     err = failure.step_failure_data.error
     user = failure.step_failure_data.user_failure_data
-    text = (user.description if user is not None else None) or (err.message if err else "")
+    text = (user.description if user is not None else None) or _root_message(err)
     return f": {text.strip()}" if text else ""
+
+
+def _root_message(err: Any) -> str:
+    """The innermost cause of a Dagster error (an op's own exception, not Dagster's
+    ``DagsterExecutionStepExecutionError`` wrapping it), without its qualified class name when
+    it is one of ours (a TrmError's message names the file and the fix)."""
+    while err is not None and getattr(err, "cause", None) is not None:
+        err = err.cause
+    if err is None:
+        return ""
+    text = str(err.message).strip()
+    head, sep, rest = text.partition(": ")
+    if sep and head.startswith("trm_assets.") and " " not in head:
+        return rest
+    return text
 
 
 def register_in(instance: dg.DagsterInstance, experiment: Experiment) -> Experiment:

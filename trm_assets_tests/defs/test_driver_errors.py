@@ -1,0 +1,40 @@
+"""The driver's error line names the op's own exception, and a broken dagster.yaml is a message
+(review of bad inputs: the cause was only in Dagster's stack trace; a YAML ParserError escaped)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dagster._utils.error import SerializableErrorInfo
+
+from trm_assets.defs.driver import _root_message, ensure_dagster_home
+from trm_assets.domain.errors import TrmError
+
+
+def _info(message: str, cause: SerializableErrorInfo | None = None) -> SerializableErrorInfo:
+    return SerializableErrorInfo(message=message, stack=[], cls_name=None, cause=cause)
+
+
+def test_the_root_cause_is_named_without_our_class_path() -> None:
+    root = _info(
+        "trm_assets.harness.storage.integrity.IntegrityError: store/skills/v4/a.md: hash "
+        "mismatch; restore the file\n"
+    )
+    wrapped = _info(
+        'dagster._core.errors.DagsterExecutionStepExecutionError: Error in op "x":\n', root
+    )
+    assert _root_message(wrapped) == "store/skills/v4/a.md: hash mismatch; restore the file"
+    other = _info("ValueError: something else\n")
+    assert _root_message(_info("wrapper\n", other)) == "ValueError: something else"
+    assert _root_message(None) == ""
+
+
+@pytest.mark.parametrize("text", ["run_coordinator: [\n", "no_such_key: 1\n"])
+def test_a_broken_dagster_yaml_is_a_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    (tmp_path / "dagster.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    with pytest.raises(TrmError, match=r"dagster\.yaml \(DAGSTER_HOME\): not a valid Dagster"):
+        ensure_dagster_home()
