@@ -27,15 +27,9 @@ def progress_reporter() -> Any:
     seconds (default 10; issue 17.4)."""
     import os
 
-    from trm_assets.harness.loop.progress import ProgressReporter
+    from trm_assets.harness.loop.progress import ProgressReporter, progress_every_s
 
-    raw = os.environ.get("TRM_PROGRESS_EVERY_S", "10")
-    try:
-        every = float(raw)
-    except ValueError:
-        every = float("nan")
-    if not every > 0 or every == float("inf"):
-        raise click.UsageError(f"TRM_PROGRESS_EVERY_S: expected seconds > 0, got {raw!r}")
+    every = progress_every_s(os.environ)
     return ProgressReporter(lambda line: click.echo(f"  … {line}"), every_s=every)
 
 
@@ -128,6 +122,7 @@ def train_cmd(
     from trm_assets.harness.data.config import load_config
     from trm_assets.harness.data.dataset import load_dataset
     from trm_assets.harness.loop.budget import estimate, format_estimate, format_tokens
+    from trm_assets.harness.loop.runner import finished
     from trm_assets.harness.storage.checkpoint import CheckpointError
     from trm_assets.harness.storage.lock import workspace_lock
     from trm_assets.harness.storage.pools import build_or_load_pools
@@ -155,39 +150,14 @@ def train_cmd(
                 f"{paths.state}: this workspace already has a training state; pass --resume to "
                 "continue it, or `trm init` a new workspace to start over"
             )
-        if resume and _finished(paths.state, cfg.epochs, workspace):
+        if resume and (done := finished(paths.state, cfg)) is not None:
+            click.echo(f"{done}; report: trm report --workspace {workspace}")
             return
         click.echo(f"training {workspace} with {config_path} ({label}, {cfg.epochs} epoch(s))")
         if not no_dagster:
             _train_through_dagster(workspace, config_path, (*overrides, *extra))
             return
         _train_in_process(workspace, cfg, resume)
-
-
-def _finished(state_path: Path, epochs: int, workspace: Path) -> bool:
-    """True (after saying so) when a finalized workspace has nothing left to train; a
-    CheckpointError when the config asks it for more epochs (it resumed silently into nothing)."""
-    from trm_assets.harness.reports.lineage import load_state_dict
-    from trm_assets.harness.storage.checkpoint import CheckpointError
-
-    state = load_state_dict(workspace) or {}
-    if not state.get("finalized"):
-        return False
-    trained = len(state.get("history", []))
-    final = state.get("final") or {}
-    reason = final.get("reason", "completed") if isinstance(final, dict) else "completed"
-    if epochs > trained and reason == "completed":
-        raise CheckpointError(
-            f"{state_path}: training finished after {trained} epoch(s) and was finalized (best "
-            f"delivered); `epochs: {epochs}` asks for more, but a finalized workspace does not "
-            "train further. Start a new workspace (`trm init`, or `trm promote` the best version "
-            "and `trm init --from-seed`) with the larger `epochs`"
-        )
-    click.echo(
-        f"nothing to do: training finished after {trained} epoch(s) ({reason}) and was "
-        f"finalized; report: trm report --workspace {workspace}"
-    )
-    return True
 
 
 def _train_in_process(workspace: Path, cfg: Any, resume: bool) -> None:

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import click
 import pytest
 
 from trm_assets.cli.train import progress_reporter
+from trm_assets.domain.errors import TrmError
 
 
 @pytest.mark.parametrize("raw", ["abc", "0", "-1", "inf", "nan"])
 def test_a_bad_progress_cadence_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
     monkeypatch.setenv("TRM_PROGRESS_EVERY_S", raw)
-    with pytest.raises(
-        click.UsageError, match=f"TRM_PROGRESS_EVERY_S: expected seconds > 0, got {raw!r}"
-    ):
+    with pytest.raises(TrmError, match=f"TRM_PROGRESS_EVERY_S: expected seconds > 0, got {raw!r}"):
         progress_reporter()
 
 

@@ -700,7 +700,9 @@ def test_trm_run_trains_records_pools_and_evaluates_every_check(
         assert all(r.tags[EXPERIMENT_TAG] == "ws_run" for r in instance.get_runs())
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.output
-    assert "done (completed): 0 Dagster run(s)" in again.output
+    # a finished workspace: nothing to do, said as such (no Dagster run)
+    assert "nothing to do: training finished after" in again.output
+    assert "Dagster run(s)" not in again.output
 
 
 def test_dagster_path_equals_direct_harness_path(trained: Trained, tmp_path: Path) -> None:

@@ -8,9 +8,11 @@ place on a TTY, periodic lines otherwise; a Dagster run → the run's log).
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from trm_assets.domain.errors import TrmError
 from trm_assets.harness.loop.observer import LoopObserver
 from trm_assets.harness.loop.rollouts import InferenceProgress, InferenceResult
 
@@ -64,3 +66,15 @@ class ProgressReporter(LoopObserver):
         reported = self._last.pop(result.run_id, None) is not None
         if latest is not None and start is not None and reported:
             self.emit(format_progress(latest) + " — done")
+
+
+def progress_every_s(environ: Mapping[str, str]) -> float:
+    """``TRM_PROGRESS_EVERY_S`` (seconds between progress lines, default 10): a number > 0."""
+    raw = environ.get("TRM_PROGRESS_EVERY_S", "10")
+    try:
+        every = float(raw)
+    except ValueError:
+        every = math.nan
+    if not 0 < every < math.inf:
+        raise TrmError(f"TRM_PROGRESS_EVERY_S: expected seconds > 0, got {raw!r}")
+    return every

@@ -27,7 +27,15 @@ from trm_assets.harness.loop.session import UnitSession, open_session
 from trm_assets.harness.loop.slow_update import SLOW_STEPS, holdout_accuracy
 from trm_assets.harness.loop.step import initialize_training, run_step
 from trm_assets.harness.storage.atomic import deferred_sync
-from trm_assets.harness.storage.checkpoint import TrainState, load_state, wait_for_commits
+from trm_assets.harness.storage.checkpoint import (
+    CheckpointError,
+    TrainState,
+    load_state,
+    parse_state_json,
+    read_state_text,
+    state_from_dict,
+    wait_for_commits,
+)
 from trm_assets.harness.storage.lock import workspace_lock
 from trm_assets.harness.storage.records import FinalReport
 from trm_assets.harness.storage.workspace import read_best, update_current
@@ -204,3 +212,26 @@ def _train(
         raise
     wait_for_commits()
     return TrainSummary(units, action, load_state(ctx.paths.state, ctx.cfg))
+
+
+def finished(state_path: Path, cfg: RunConfig) -> str | None:
+    """For ``trm train --resume``: what to say when a finalized workspace has nothing left to
+    train (None while it has); a CheckpointError when ``cfg`` asks it for more epochs than it
+    trained before it completed (it resumed into nothing)."""
+    if not state_path.exists():
+        return None
+    # read, not resumed: the config is checked against it when training resumes (after the data)
+    raw = parse_state_json(read_state_text(state_path), state_path)
+    state = state_from_dict(raw, str(state_path))
+    if not state.finalized or state.structural_fingerprint != cfg.structural_fingerprint():
+        return None  # training it, or another config's (the resume refuses that, naming why)
+    trained = len(state.history)
+    reason = state.final.reason if state.final is not None else "completed"
+    if cfg.epochs > trained and reason == "completed":
+        raise CheckpointError(
+            f"{state_path}: training finished after {trained} epoch(s) and was finalized (best "
+            f"delivered); `epochs: {cfg.epochs}` asks for more, but a finalized workspace does "
+            "not train further. Start a new workspace (`trm init`, or `trm promote` the best "
+            "version and `trm init --from-seed`) with the larger `epochs`"
+        )
+    return f"nothing to do: training finished after {trained} epoch(s) ({reason}) and was finalized"
