@@ -19,6 +19,7 @@ from typing import Any
 import dagster as dg
 import yaml
 
+from trm_assets.defs import ops
 from trm_assets.defs.build import ExperimentDefs, build_experiment
 from trm_assets.defs.experiments import Experiment, register
 from trm_assets.defs.ops import planned_action
@@ -181,16 +182,32 @@ def drive(
     while action.kind != "done" and (max_runs is None or len(run_ids) < max_runs):
         unit = dagster_unit(action)
         t0 = time.monotonic()
-        run_id = executor.execute(action)
+        shown: list[str] = []  # said while the run ran (ops.LIVE_ECHO), not again after it
+        ops.LIVE_ECHO = _live(shown, say)
+        try:
+            run_id = executor.execute(action)
+        finally:
+            ops.LIVE_ECHO = None
         run_ids.append(run_id)
         for line in harness_lines(instance, run_id):
-            say(line)
+            if line in shown:
+                shown.remove(line)
+            else:
+                say(line)
         what = unit.describe()
         if unit.kind == "slow_update":
             what = f"slow update (epoch {unit.epoch}, functions {unit.slow_step}..10)"
         say(f"  [{what}: dagster run {run_id[:8]}, {time.monotonic() - t0:.1f}s]")
         action = planned_action(exp)
     return DriveSummary(len(run_ids), action, tuple(run_ids))
+
+
+def _live(shown: list[str], say: Echo) -> Echo:
+    def echo(line: str) -> None:
+        shown.append(line)
+        say(line)
+
+    return echo
 
 
 def harness_lines(instance: dg.DagsterInstance, run_id: str) -> list[str]:

@@ -10,6 +10,7 @@ asset catalog, whose implicit job has no ``trm/experiment`` tag.
 No ``from __future__ import annotations`` in the Dagster layer: dagster inspects real annotations.
 """
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -28,7 +29,7 @@ from trm_assets.defs.recording import Event, Recorder, Scope
 from trm_assets.defs.resources import LLMResource
 from trm_assets.domain.errors import TrmError
 from trm_assets.harness.loop.plan import Action
-from trm_assets.harness.loop.progress import ProgressReporter
+from trm_assets.harness.loop.progress import ProgressReporter, progress_every_s
 from trm_assets.harness.loop.runner import SLOW_UNITS, UnitDef, planned
 from trm_assets.harness.loop.units import UnitOrderError, passed_over, run_unit
 from trm_assets.harness.reports.lineage import load_state_dict
@@ -49,13 +50,29 @@ def llm_of(context: dg.OpExecutionContext, scope: Scope) -> LLMResource:
     return llm
 
 
+#: ``trm train`` through Dagster runs each unit in its own process (the in-process executor):
+#: while it does, its terminal echo, so the unit's lines and progress show live as well as in
+#: the run's log (None in the webserver and the daemon). Set by :func:`~.driver.drive`.
+LIVE_ECHO: Callable[[str], None] | None = None
+
+
 def run_unit_here(context: dg.OpExecutionContext, scope: Scope, action: Action) -> bool:
     """Run one unit of work of the experiment (False: it had already run). Progress lines of long
     rollout barriers go to the run's log; a unit out of order is a message, not a trace."""
-    progress = ProgressReporter(context.log.info, every_s=10.0)
+
+    def say(line: str) -> None:
+        context.log.info(line)
+        if (live := LIVE_ECHO) is not None:
+            live(line)
+
+    try:
+        every = progress_every_s(os.environ)
+    except TrmError:  # `trm train` checked it before the first run; elsewhere the default
+        every = 10.0
+    progress = ProgressReporter(lambda line: say(f"… {line}"), every_s=every)
     try:
         with scope.experiment.open(llm_of(context, scope).providers, (progress,)) as ctx:
-            ran = run_unit(ctx, action, echo=context.log.info)
+            ran = run_unit(ctx, action, echo=say)
     except (UnitOrderError, TrmError) as e:
         raise dg.Failure(description=str(e), allow_retries=False) from None
     if not ran:

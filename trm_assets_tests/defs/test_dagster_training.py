@@ -25,7 +25,7 @@ from dagster._core.storage.asset_check_execution_record import (
 
 from trm_assets.defs.build import build_experiment
 from trm_assets.defs.checks import lineage_check_result
-from trm_assets.defs.driver import Executor, drive, register_in
+from trm_assets.defs.driver import Executor, drive, harness_lines, register_in
 from trm_assets.defs.experiments import EXPERIMENT_TAG, Experiment, code_location_experiments
 from trm_assets.defs.ops import AFTER_STOP_TAG, SLOW_NAMES
 from trm_assets.defs.partitions import epoch_step_key
@@ -724,3 +724,26 @@ def test_dagster_path_equals_direct_harness_path(trained: Trained, tmp_path: Pat
     sb = json.loads((small / "state.json").read_text())
     for k in ("correctness", "history", "final", "rejected_buffer", "budget"):
         assert sa[k] == sb[k], k
+
+
+def test_drive_shows_a_units_lines_while_it_runs_and_once(trained: Trained, tmp_path: Path) -> None:
+    """`trm train` through Dagster showed nothing until a unit's run ended (its lines were
+    replayed from the run's log after it): now they are echoed as the unit runs, and the replay
+    skips what was shown (review of bad inputs)."""
+    from trm_assets.defs import ops as ops_mod
+
+    exp = _fresh(trained, tmp_path)
+    said: list[tuple[str, bool]] = []
+    with dg.instance_for_test() as instance:
+        summary = drive(
+            exp,
+            instance,
+            max_runs=1,
+            echo=lambda m: said.append((m, ops_mod.LIVE_ECHO is not None)),
+        )
+        logged = harness_lines(instance, summary.run_ids[0])
+    live = [m for m, during in said if during]
+    assert live and all(m in logged for m in live)  # shown while the run ran, from the unit
+    lines = [m for m, _ in said if not m.startswith("  [")]
+    assert sorted(lines) == sorted(logged)  # every logged line said exactly once
+    assert ops_mod.LIVE_ECHO is None  # not left behind for the next caller
