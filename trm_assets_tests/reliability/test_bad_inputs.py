@@ -402,6 +402,14 @@ def _init_over(**changes: Any) -> Prepare:
     return prep
 
 
+def _remove(name: str) -> Prepare:
+    def prep(env: Env) -> list[str]:
+        (env.ws / name).unlink()
+        return _resume(env)
+
+    return prep
+
+
 def _state_lost(env: Env) -> list[str]:
     env.state.unlink()
     return _resume(env)
@@ -592,6 +600,7 @@ CASES: tuple[Case, ...] = (
     Case("manifest-truncated", _truncate("manifest.json"), ("manifest.json",)),
     Case("manifest-missing-version", _manifest(_missing_version), ("v99",)),
     Case("ladder-truncated", _truncate("ladder.json"), ("ladder.json",)),
+    Case("ladder-missing", _remove("ladder.json"), ("ladder.json", "cannot be rebuilt")),
     Case("ladder-not-an-object", _json_file("ladder.json", [1, 2]), ("ladder.json",)),
     Case("baseline-cache-truncated", _truncated_cache, ("baseline_cache",)),
     Case("skill-not-utf8", _binary_skill, ("UTF-8",)),

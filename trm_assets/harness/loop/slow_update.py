@@ -66,7 +66,7 @@ from trm_assets.harness.loop.step import (
     sample_index,
 )
 from trm_assets.harness.storage.checkpoint import CheckpointError, TrainState, encode_record
-from trm_assets.harness.storage.ladder_store import load_or_new_ladder, save_ladder
+from trm_assets.harness.storage.ladder_store import load_written_ladder, save_ladder
 from trm_assets.harness.storage.observation import mixed_score, nullable_score, write_rows
 from trm_assets.harness.storage.records import (
     BestFromR,
@@ -748,7 +748,7 @@ def refresh_ladder(s: UnitSession) -> LadderRefresh:
     ctx, state, epoch = s.ctx, s.state, s.epoch
     paths = ctx.paths
     tasks = {q: ctx.questions[q].task_type for q in ctx.pools.validation}
-    ladder = load_or_new_ladder(paths.ladder, tasks, ctx.ladder_params())
+    ladder = load_written_ladder(paths.ladder, tasks, ctx.ladder_params())
     sources = ladder_sources(ctx, epoch, _need(state.slow.r2, "r2").kept)
     with RunLogReader.open(paths.run_db) as reader:
         for run_id in sources:

@@ -61,7 +61,11 @@ from trm_assets.harness.loop.gate import (
 from trm_assets.harness.loop.rollouts import InferenceResult
 from trm_assets.harness.loop.session import UnitSession
 from trm_assets.harness.storage.checkpoint import Probation, TrainState
-from trm_assets.harness.storage.ladder_store import load_or_new_ladder, save_ladder
+from trm_assets.harness.storage.ladder_store import (
+    load_or_new_ladder,
+    load_written_ladder,
+    save_ladder,
+)
 from trm_assets.harness.storage.observation import write_rows
 from trm_assets.harness.storage.records import (
     EpochCounters,
@@ -428,7 +432,7 @@ def _prefetch_evolutions(
 
 def _check_ladder(ctx: LoopContext) -> None:
     tasks = {q: ctx.questions[q].task_type for q in ctx.pools.validation}
-    load_or_new_ladder(ctx.paths.ladder, tasks, ctx.ladder_params())
+    load_written_ladder(ctx.paths.ladder, tasks, ctx.ladder_params())
 
 
 def _step_row(epoch: int, step: int, r: SkillGateReport, budget: int) -> dict[str, object]:
@@ -525,7 +529,7 @@ async def _gate_skill(
         )  # fmt: skip
     excluded = tuple(pack.question_ids)
     tasks = {q: ctx.questions[q].task_type for q in ctx.pools.validation}
-    ladder = load_or_new_ladder(paths.ladder, tasks, ctx.ladder_params())
+    ladder = load_written_ladder(paths.ladder, tasks, ctx.ladder_params())
     ladder_qids = ladder_for(ladder, task_type, warm=state.gate_epoch_observed, exclude=excluded)
     pool_qids = tuple(q for q in ctx.validation_by_type.get(task_type, ()) if q not in excluded)
     extra_qids: tuple[str, ...] = ()

@@ -92,7 +92,7 @@ def check_workspace(workspace: str | Path) -> CheckReport:
         _check_mark(ws, state, report)
     _check_run_log(ws, manifest, state, report)
     pools = _guard(report, lambda: _load_pools(ws))
-    _guard(report, lambda: _check_ladder(ws, pools, report))
+    _guard(report, lambda: _check_ladder(ws, pools, report, state))
     _check_cache(ws, report)
     return report
 
@@ -286,9 +286,16 @@ def _load_pools(ws: Path) -> Pools | None:
     return pools_from_dict(data, str(path))
 
 
-def _check_ladder(ws: Path, pools: Pools | None, report: CheckReport) -> None:
+def _check_ladder(
+    ws: Path, pools: Pools | None, report: CheckReport, state: TrainState | None
+) -> None:
     path = ws / "ladder.json"
     if not path.exists():
+        if state is not None and state.initialized:  # the init unit wrote it
+            report.problems.append(
+                f"{path}: missing after the init unit wrote it (a resume would refuse: the "
+                "ladder cannot be rebuilt identically; restore it from a backup)"
+            )
         return
     data = _read_json(path)
     if not isinstance(data, dict):

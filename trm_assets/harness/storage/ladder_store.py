@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from trm_assets.domain.errors import DataFormatError
 from trm_assets.domain.ladder import (
     Ladder,
     LadderParams,
@@ -41,3 +42,20 @@ def load_or_new_ladder(path: Path, validation: Mapping[str, str], params: Ladder
 
 def save_ladder(path: Path, ladder: Ladder) -> None:
     atomic_write_json(path, ladder_to_dict(ladder))
+
+
+def load_written_ladder(path: Path, validation: Mapping[str, str], params: LadderParams) -> Ladder:
+    """The ladder after the init unit wrote it: a missing file is an error, not a new ladder —
+    a cold ladder rebuilt mid-training orders the gates differently than the run it resumes
+    (review of bad inputs: 1,028 rollouts instead of 878, other gate evidence)."""
+    existing = load_ladder(path, validation, params)
+    if existing is None:
+        raise DataFormatError(
+            str(path),
+            None,
+            None,
+            "the information ladder the init unit wrote (it is missing; it holds every "
+            "rollout's outcome so far and cannot be rebuilt identically: restore it from a "
+            "backup, or start a new workspace)",
+        )
+    return existing

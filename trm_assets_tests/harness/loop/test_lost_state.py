@@ -54,3 +54,14 @@ def test_trm_report_on_an_unreadable_state_names_the_file(tmp_path: Path, junk: 
     (ws / "state.json").write_bytes(junk)
     with pytest.raises(CheckpointError, match=r"state\.json: (invalid JSON|not UTF-8)"):
         report_data(ws)
+
+
+def test_a_lost_ladder_is_reported_by_check(tmp_path: Path) -> None:
+    cfg = tiny_config()
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        run_action(ctx, current_action(ctx))  # init writes the ladder
+    assert check_workspace(ws).ok
+    (ws / "ladder.json").unlink()
+    report = check_workspace(ws)
+    assert any("ladder.json: missing after the init unit" in p for p in report.problems)
