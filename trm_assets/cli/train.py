@@ -179,7 +179,7 @@ def _train_through_dagster(workspace: Path, config_path: Path, overrides: tuple[
     """Every unit as a Dagster run in the project's instance (visible in `make ui`)."""
     import dagster as dg
 
-    from trm_assets.defs.driver import drive, ensure_dagster_home
+    from trm_assets.defs.driver import TrainingInterrupted, drive, ensure_dagster_home
     from trm_assets.defs.resources import TrmResource
 
     home = ensure_dagster_home()
@@ -188,7 +188,11 @@ def _train_through_dagster(workspace: Path, config_path: Path, overrides: tuple[
         workspace=str(workspace), config_path=str(config_path), overrides=list(overrides)
     )
     with dg.DagsterInstance.get() as instance:
-        summary = drive(trm, instance, echo=click.echo)
+        try:
+            summary = drive(trm, instance, echo=click.echo)
+        except TrainingInterrupted as e:  # not an error to fix: say so, exit like Ctrl-C
+            click.echo(str(e), err=True)
+            raise click.exceptions.Exit(130) from None
     click.echo(f"{summary.last.describe()}: {summary.runs} Dagster run(s)")
     click.echo(f"report: trm report --workspace {workspace}")
     from trm_assets.defs.experiments import experiment_name_for

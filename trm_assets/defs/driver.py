@@ -39,6 +39,10 @@ class TrainingRunFailed(TrmError, RuntimeError):
     """A Dagster run of a unit failed; the workspace is at the last checkpoint."""
 
 
+class TrainingInterrupted(TrainingRunFailed):
+    """The run of a unit was interrupted (Ctrl-C, SIGTERM): nothing is wrong to fix."""
+
+
 @dataclass(frozen=True)
 class DriveSummary:
     runs: int
@@ -114,6 +118,11 @@ class Executor:
             raise_on_error=False,
             **kwargs,
         )
+        if not result.success and _interrupted(result):
+            raise TrainingInterrupted(
+                f"interrupted during {unit.describe()} (run {result.run_id}); the workspace is at "
+                "its last checkpoint: `trm train --resume` continues where it stopped"
+            )
         if not result.success:
             raise TrainingRunFailed(
                 f"run {result.run_id} ({unit.describe()}) failed{_failure_detail(result)}. The "
@@ -131,6 +140,19 @@ def _failure_detail(result: dg.ExecuteInProcessResult) -> str:
     user = failure.step_failure_data.user_failure_data
     text = (user.description if user is not None else None) or _root_message(err)
     return f": {text.strip()}" if text else ""
+
+
+def _interrupted(result: dg.ExecuteInProcessResult) -> bool:
+    """Whether the run stopped on an interrupt (Dagster turns SIGINT / SIGTERM in an op into
+    ``DagsterExecutionInterruptedError``)."""
+    for ev in result.all_events:
+        data = ev.step_failure_data if ev.event_type_value == "STEP_FAILURE" else None
+        err = data.error if data is not None else None
+        while err is not None:
+            if "DagsterExecutionInterruptedError" in (err.cls_name or "") + str(err.message):
+                return True
+            err = err.cause
+    return False
 
 
 def _root_message(err: Any) -> str:

@@ -38,3 +38,30 @@ def test_a_broken_dagster_yaml_is_a_message(
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     with pytest.raises(TrmError, match=r"dagster\.yaml \(DAGSTER_HOME\): not a valid Dagster"):
         ensure_dagster_home()
+
+
+def test_an_interrupted_run_is_told_from_a_failed_one() -> None:
+    """Ctrl-C during a unit said "run … failed: DagsterExecutionInterruptedError … fix the
+    cause"; an interrupt is now its own outcome (exit 130, "resume continues")."""
+    from types import SimpleNamespace
+
+    from trm_assets.defs.driver import _interrupted
+
+    def result(*errors: SerializableErrorInfo) -> object:
+        events = [
+            SimpleNamespace(
+                event_type_value="STEP_FAILURE",
+                step_failure_data=SimpleNamespace(error=e, user_failure_data=None),
+            )
+            for e in errors
+        ]
+        return SimpleNamespace(all_events=[SimpleNamespace(event_type_value="STEP_START"), *events])
+
+    interrupt = SerializableErrorInfo(
+        message="dagster._core.errors.DagsterExecutionInterruptedError\n",
+        stack=[],
+        cls_name="DagsterExecutionInterruptedError",
+    )
+    assert _interrupted(result(_info("wrapper\n", interrupt)))  # type: ignore[arg-type]
+    assert not _interrupted(result(_info("trm_assets.x.IntegrityError: bad\n")))  # type: ignore[arg-type]
+    assert not _interrupted(result())  # type: ignore[arg-type]
