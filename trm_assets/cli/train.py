@@ -297,19 +297,14 @@ def promote_cmd(workspace: Path, version: str, eval_run: str, name: str, seeds_d
 
 def report_data(workspace: Path) -> dict[str, Any]:
     """The ``trm report --json`` contract, from the checkpoint and the manifest."""
-    from trm_assets.harness.storage.checkpoint import (
-        CheckpointError,
-        parse_state_json,
-        read_state_text,
-        state_from_dict,
-    )
+    from trm_assets.harness.storage.checkpoint import CheckpointError, read_state_file
     from trm_assets.harness.storage.workspace import read_manifest, resolve_paths
 
     m = read_manifest(workspace)
     path = resolve_paths(workspace).state
     if not path.exists():
         raise CheckpointError(f"{path}: no training state yet; run `trm train` first")
-    state = state_from_dict(parse_state_json(read_state_text(path), path), str(path))
+    state = read_state_file(path)
     epochs = [
         {
             k: getattr(h, k)

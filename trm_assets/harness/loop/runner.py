@@ -31,9 +31,7 @@ from trm_assets.harness.storage.checkpoint import (
     CheckpointError,
     TrainState,
     load_state,
-    parse_state_json,
-    read_state_text,
-    state_from_dict,
+    read_state_file,
     wait_for_commits,
 )
 from trm_assets.harness.storage.lock import workspace_lock
@@ -221,8 +219,7 @@ def finished(state_path: Path, cfg: RunConfig) -> str | None:
     if not state_path.exists():
         return None
     # read, not resumed: the config is checked against it when training resumes (after the data)
-    raw = parse_state_json(read_state_text(state_path), state_path)
-    state = state_from_dict(raw, str(state_path))
+    state = read_state_file(state_path)
     if not state.finalized or state.structural_fingerprint != cfg.structural_fingerprint():
         return None  # training it, or another config's (the resume refuses that, naming why)
     trained = len(state.history)

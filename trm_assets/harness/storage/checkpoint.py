@@ -437,6 +437,12 @@ def parse_state_json(text: str, path: Path) -> dict[str, Any]:
     return data
 
 
+def read_state_file(path: Path) -> TrainState:
+    """The checkpoint at ``path`` as written, not checked against a config (reports; deciding
+    whether a finished run has anything left): every corruption a :class:`CheckpointError`."""
+    return state_from_dict(parse_state_json(read_state_text(path), path), str(path))
+
+
 def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
     """The checkpoint at ``path`` (None if there is none), checked against ``cfg``; a checkpoint
     of this process still landing (:func:`save_state_behind`) is read from memory."""
