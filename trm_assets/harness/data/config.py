@@ -429,10 +429,24 @@ def _allowed(loc: tuple[int | str, ...]) -> str | None:
     return extra.get("allowed") if isinstance(extra, dict) else None
 
 
-def _format_validation_error(e: ValidationError) -> list[str]:
+def _holds(layer: Mapping[str, Any], loc: tuple[int | str, ...]) -> bool:
+    node: Any = layer
+    for part in loc:
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return bool(loc)
+
+
+def _format_validation_error(
+    e: ValidationError, origin: Callable[[tuple[int | str, ...]], str | None] = lambda _: None
+) -> list[str]:
     out: list[str] = []
     for err in e.errors():
         loc = tuple(err.get("loc", ()))
+        # not the file the message names: say where the value came from
+        given = (origin(loc[:2]) or origin(loc[:1])) if loc else None
+        where = f" [from {given}]" if given else ""
         if not loc and err.get("type") == "value_error":
             # cross-field problems arrive as one multi-line message
             msg = str(err.get("msg", "")).removeprefix("Value error, ")
@@ -440,14 +454,14 @@ def _format_validation_error(e: ValidationError) -> list[str]:
             continue
         path = _loc_str(loc) or "<root>"
         if err.get("type") == "extra_forbidden":
-            out.append(f"{path}: unknown key (check the spelling; see `trm config show`)")
+            out.append(f"{path}: unknown key{where} (check the spelling; see `trm config show`)")
             continue
         allowed = _allowed(loc)
         value = err.get("input")
         line = f"{path}: {err.get('msg')} (got {value!r})"
         if allowed:
             line += f"; allowed: {allowed}"
-        out.append(line)
+        out.append(line + where)
     return out
 
 
@@ -582,12 +596,21 @@ def load_config(
     if dotenv_path is not None:
         env.update(read_dotenv(dotenv_path))
     env.update(os.environ if environ is None else environ)
-    layers = _deep_merge(layers, env_overrides(env))
-    layers = _deep_merge(layers, parse_set_overrides(cli_overrides))
+    from_env, from_cli = env_overrides(env), parse_set_overrides(cli_overrides)
+    layers = _deep_merge(_deep_merge(layers, from_env), from_cli)
+
+    def origin(loc: tuple[int | str, ...]) -> str | None:
+        """Which layer gave the value at ``loc`` when it is not the YAML file (named above)."""
+        if _holds(from_cli, loc):
+            return "--set"
+        if _holds(from_env, loc):
+            return ENV_PREFIX + "__".join(str(p).upper() for p in loc[:2])
+        return None
+
     try:
         return RunConfig.model_validate(layers)
     except ValidationError as e:
-        problems = _format_validation_error(e)
+        problems = _format_validation_error(e, origin)
         failed = frozenset(str(err["loc"][0]) for err in e.errors() if err.get("loc"))
         if failed:  # field errors stop pydantic before the cross-field layer: run it here
             known = {k: val for k, val in layers.items() if k in RunConfig.model_fields}

@@ -201,3 +201,25 @@ def test_openai_api_key_alias_and_dotenv(monkeypatch, tmp_path: Path) -> None:
     s = Settings()
     assert s.api_key_value() == SECRET
     assert s.base_url == "http://127.0.0.1:9/v1"
+
+
+def test_an_error_names_the_layer_its_value_came_from(tmp_path: Path) -> None:
+    """The message named the YAML file for a bad value given by an environment variable or
+    --set (review: `TRM_EPOCHS=abc` blamed a file that says `epochs: 2`)."""
+    path = _yaml(tmp_path, "epochs: 2\nbatch_size: 1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(
+            path,
+            ["gate_alpha=2", "nope=1"],
+            environ={"TRM_EPOCHS": "abc", "TRM_SIM__LENGTH_COST": "-1"},
+            dotenv_path=None,
+        )
+    lines = str(e.value).splitlines()
+    assert any(ln.startswith("  - epochs:") and ln.endswith("[from TRM_EPOCHS]") for ln in lines)
+    assert any(
+        "sim.length_cost:" in ln and ln.endswith("[from TRM_SIM__LENGTH_COST]") for ln in lines
+    )
+    assert any("gate_alpha:" in ln and ln.endswith("[from --set]") for ln in lines)
+    assert any("nope: unknown key [from --set]" in ln for ln in lines)
+    # the file's own value: no origin (the message names the file)
+    assert any("batch_size:" in ln and "[from" not in ln for ln in lines)
