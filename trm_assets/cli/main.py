@@ -67,6 +67,9 @@ def data_check(paths: tuple[str, ...], as_json: bool) -> None:
     from trm_assets.harness.data.questions import QuestionSummary
 
     rep = check_paths(list(paths))
+    if not (rep.question_files or rep.trees or rep.errors or rep.skipped):
+        click.echo(f"error: no question or tree file under {', '.join(paths)}", err=True)
+        sys.exit(1)
     summary = QuestionSummary.of(rep.questions)
     if as_json:
         click.echo(

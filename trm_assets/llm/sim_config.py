@@ -30,9 +30,9 @@ category. The values were fixed by issue 15 before any result; benchmarks may sw
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 SimProfile = Literal["default", "realistic"]
 
@@ -57,7 +57,21 @@ PROFILES: Final[Mapping[str, Mapping[str, Any]]] = {
 }
 
 
-class ProposalMix(BaseModel):
+class NoBoolNumbers(BaseModel):
+    """A config model whose number fields refuse ``true`` / ``false`` (pydantic reads them as 1
+    and 0 in lax mode: ``epochs: true`` trained one epoch, ``agent_temperature: true`` at 1.0)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            if annotation is not bool and bool not in get_args(annotation):
+                raise ValueError(f"expected a number, not {str(value).lower()}")
+        return value
+
+
+class ProposalMix(NoBoolNumbers):
     """What the simulated evolve model proposes, as probabilities summing to 1."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -75,7 +89,7 @@ class ProposalMix(BaseModel):
         return self
 
 
-class SimConfig(BaseModel):
+class SimConfig(NoBoolNumbers):
     """Simulator behaviour. Latencies in milliseconds; rates are per-call probabilities.
 
     Fault rates may be 1.0 (every call fails) so tests and drills can force a fault.

@@ -113,3 +113,8 @@ def test_every_subcommand_shows_a_users_mistake_as_an_error_line(tmp_path: Path)
             assert res.exit_code in (1, 2), (args, res.output, res.exception)
             assert says in res.output and "Traceback" not in res.output, (args, res.output)
             assert not isinstance(res.exception, Exception) or isinstance(res.exception, SystemExit)
+
+
+def test_data_check_of_a_directory_without_data_files_is_an_error(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["data", "check", str(tmp_path)])
+    assert res.exit_code == 1 and "no question or tree file under" in res.output

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from trm_assets.domain.errors import TrmError
 from trm_assets.llm.providers import ProviderSpec
-from trm_assets.llm.sim_config import SimConfig
+from trm_assets.llm.sim_config import NoBoolNumbers, SimConfig
 
 ENV_PREFIX = "TRM_"
 # Environment variables with the TRM_ prefix that belong to Settings, not to RunConfig.
@@ -59,7 +59,7 @@ class ConfigError(TrmError, ValueError):
         super().__init__(f"{source}: {len(self.problems)} invalid setting(s):\n{body}")
 
 
-class RunConfig(BaseModel):
+class RunConfig(NoBoolNumbers):
     """All decision-relevant knobs of one experiment. Frozen: a run never mutates its config."""
 
     # allow_inf_nan=False: ``.inf``/``.nan`` pass a bound like ``>= 0`` and crash later (issue 18)
@@ -458,7 +458,8 @@ def _format_validation_error(
             continue
         allowed = _allowed(loc)
         value = err.get("input")
-        line = f"{path}: {err.get('msg')} (got {value!r})"
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        line = f"{path}: {msg} (got {value!r})"
         if allowed:
             line += f"; allowed: {allowed}"
         out.append(line + where)
@@ -554,6 +555,22 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (the last one silently
+    won: a config with two ``gate_alpha`` lines ran with whichever came later)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml_config(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:
@@ -563,7 +580,7 @@ def read_yaml_config(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise ConfigError([f"not UTF-8 text (byte {e.start})"], str(p)) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""

@@ -223,3 +223,30 @@ def test_an_error_names_the_layer_its_value_came_from(tmp_path: Path) -> None:
     assert any("nope: unknown key [from --set]" in ln for ln in lines)
     # the file's own value: no origin (the message names the file)
     assert any("batch_size:" in ln and "[from" not in ln for ln in lines)
+
+
+def test_a_key_given_twice_and_a_bool_for_a_number_are_errors(tmp_path: Path) -> None:
+    """Both were silently accepted (review of bad inputs): the later of two `gate_alpha` lines
+    won; `epochs: true` trained one epoch, `agent_temperature: true` decoded at 1.0."""
+    with pytest.raises(ConfigError, match=r"line 3 column 1: .*'gate_alpha' is given twice"):
+        load_config(
+            _yaml(tmp_path, "gate_alpha: 0.1\nepochs: 2\ngate_alpha: 0.2\n"),
+            environ={},
+            dotenv_path=None,
+        )
+    with pytest.raises(ConfigError) as e:
+        load_config(
+            _yaml(tmp_path, "epochs: true\nagent_temperature: true\nsim:\n  cue_strength: false\n"),
+            environ={},
+            dotenv_path=None,
+        )
+    text = str(e.value)
+    for key, value in (
+        ("epochs", "true"),
+        ("agent_temperature", "true"),
+        ("sim.cue_strength", "false"),
+    ):
+        assert f"{key}: expected a number, not {value}" in text
+    # a real bool field still takes a bool
+    cfg = load_config(_yaml(tmp_path, "gate_screen: false\n"), environ={}, dotenv_path=None)
+    assert cfg.gate_screen is False
