@@ -75,6 +75,7 @@ def launch_cmd(experiment: str, epoch: int | None, job: str, finalize: bool, url
         )
     exp = known[experiment]
     launcher = Launcher(url)
+    launcher.ping()
     if finalize:
         launched = launcher.submit(exp.name, Submission("finalize"))
     else:
@@ -135,6 +136,11 @@ def sweep_cmd(
         raise click.BadParameter(f"{seeds!r}: expected comma-separated integers") from None
     if not seed_list:
         raise click.BadParameter("expected at least one seed", param_hint="--seeds")
+    if len(set(seed_list)) != len(seed_list):
+        raise click.BadParameter(f"{seeds!r}: a seed is given twice", param_hint="--seeds")
+    launcher = None if no_launch else Launcher(url)
+    if launcher is not None:
+        launcher.ping()  # before any workspace is created or registered
     home = ensure_dagster_home()
     members = sweep_members(name, configs, seed_list, root)
     experiments = create_sweep(members, overrides, home)
@@ -143,7 +149,7 @@ def sweep_cmd(
     if no_launch:
         click.echo(f"registered in {home}/experiments.yaml; nothing queued (--no-launch)")
         return
-    launcher = Launcher(url)
+    assert launcher is not None
     launcher.reload()
     with dg.DagsterInstance.get() as instance:
         for exp in experiments:

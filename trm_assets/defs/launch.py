@@ -71,6 +71,24 @@ class Launcher:
             parsed.hostname, port_number=parsed.port, use_https=parsed.scheme == "https"
         )
 
+    def ping(self) -> None:
+        """Fail fast, before anything is created or queued, when the webserver does not answer
+        (a GraphQL error carried its query text into the message)."""
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"{self.url}/server_info", timeout=10) as r:
+                r.read()
+        except urllib.error.HTTPError:
+            return  # something answers over HTTP: the GraphQL calls say what is wrong
+        except OSError as e:
+            raise LaunchError(
+                f"{self.url}: the Dagster webserver is not reachable ({getattr(e, 'reason', e)});"
+                " start it with `make ui` (which also runs the daemon that dequeues runs) or "
+                "pass --url"
+            ) from None
+
     def reload(self) -> None:
         """Reload the code location so it serves experiments registered since it loaded."""
         from dagster_graphql import DagsterGraphQLClientError, ReloadRepositoryLocationStatus
