@@ -78,19 +78,9 @@ class TopGroup(LazyGroup):
     never prints a traceback for a user's mistake."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
-            with warnings.catch_warnings():
-                warnings.showwarning = _show_warning
-                return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
-            raise
-        except Exception as e:
-            lines = error_lines(e)
-            if lines is None:
-                raise
-            for line in lines:
-                click.echo(f"error: {line}", err=True)
-            sys.exit(2)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return fail_on_trm_error(super().invoke)(ctx)
 
 
 #: ``OSError`` numbers that describe the machine, not a bug: shown as an ``error:`` line.

@@ -510,6 +510,12 @@ def test_an_epoch_over_a_checkpoint_of_another_config_fails_with_its_message(
     by the epoch asset's first op with the checkpoint's message."""
     other = write_config(tmp_path, "other", "epochs=3", "steps_per_epoch=1", "seed=99")
     exp = copy_experiment(trained.small, tmp_path).model_copy(update={"config_path": str(other)})
+    text = _failed_e1(exp)
+    assert "different structural configuration" in text and "Traceback" not in text
+
+
+def _failed_e1(exp: Experiment) -> str:
+    """The failure text of the epoch job's run of e1 (it must fail)."""
     with dg.instance_for_test() as instance:
         ex = Executor(register_in(instance, exp), instance, llm_resources())
         instance.add_dynamic_partitions(f"{exp.name}__epochs", ["e1"])
@@ -517,8 +523,7 @@ def test_an_epoch_over_a_checkpoint_of_another_config_fails_with_its_message(
             instance=instance, partition_key="e1", raise_on_error=False
         )
         assert not failed.success
-        text = failure_text(failed)
-        assert "different structural configuration" in text and "Traceback" not in text
+        return failure_text(failed)
 
 
 def test_an_epoch_over_a_truncated_checkpoint_fails_naming_the_file(
@@ -531,16 +536,9 @@ def test_an_epoch_over_a_truncated_checkpoint_fails_naming_the_file(
     state = exp.workspace_dir() / "state.json"
     text = state.read_text(encoding="utf-8")
     state.write_text(text[: len(text) // 2], encoding="utf-8")
-    with dg.instance_for_test() as instance:
-        ex = Executor(register_in(instance, exp), instance, llm_resources())
-        instance.add_dynamic_partitions(f"{exp.name}__epochs", ["e1"])
-        failed = ex.defs.resolve_job_def(f"{exp.name}__epoch").execute_in_process(
-            instance=instance, partition_key="e1", raise_on_error=False
-        )
-        assert not failed.success
-        text = failure_text(failed)
-        assert f"{state}: invalid JSON at line" in text
-        assert "Traceback" not in text and "JSONDecodeError" not in text
+    text = _failed_e1(exp)
+    assert f"{state}: invalid JSON at line" in text
+    assert "Traceback" not in text and "JSONDecodeError" not in text
 
 
 def test_an_epoch_past_a_finalized_training_says_so(trained: Trained, tmp_path: Path) -> None:
