@@ -195,11 +195,7 @@ def _train_through_dagster(workspace: Path, config_path: Path, overrides: tuple[
             raise click.exceptions.Exit(130) from None
     click.echo(f"{summary.last.describe()}: {summary.runs} Dagster run(s)")
     click.echo(f"report: trm report --workspace {workspace}")
-    from trm_assets.defs.experiments import experiment_name_for
-
-    click.echo(
-        f"UI:     make ui → Catalog → folder {experiment_name_for(workspace)} (DAGSTER_HOME={home})"
-    )
+    click.echo(f"UI:     make ui → Catalog → folder {summary.experiment} (DAGSTER_HOME={home})")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ class DriveSummary:
     runs: int
     last: Action
     run_ids: tuple[str, ...]
+    experiment: str = ""  # the name it is registered under (its asset-key prefix and UI folder)
 
 
 def ensure_dagster_home() -> Path:
@@ -221,7 +222,7 @@ def drive(
             what = f"slow update (epoch {unit.epoch}, functions {unit.slow_step}..10)"
         say(f"  [{what}: dagster run {run_id[:8]}, {time.monotonic() - t0:.1f}s]")
         action = planned_action(exp)
-    return DriveSummary(len(run_ids), action, tuple(run_ids))
+    return DriveSummary(len(run_ids), action, tuple(run_ids), exp.name)
 
 
 def _live(shown: list[str], say: Echo) -> Echo:

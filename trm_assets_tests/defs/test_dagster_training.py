@@ -678,6 +678,7 @@ def test_trm_run_trains_records_pools_and_evaluates_every_check(
     assert "each unit of work is a Dagster run" in res.output
     assert "epoch 0 done: val" in res.output and "delivered best" in res.output
     assert "done (completed): 3 Dagster run(s)" in res.output
+    assert "Catalog → folder ws_run (DAGSTER_HOME" in res.output  # the registered name
     assert epoch_summary(ws, 0) == epoch_summary(trained.small.workspace_dir(), 0)
     exp = Experiment(workspace=str(ws))
     with dg.DagsterInstance.from_config(str(home)) as instance:
