@@ -113,7 +113,9 @@ class Executor:
         else:
             name = jobs.finalize.name
         result = self.defs.resolve_job_def(name).execute_in_process(
-            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            # the terminal gets the unit's own lines (ops.LIVE_ECHO) and one error line naming
+            # the cause; Dagster's event lines and stack traces stay in the run's log (the UI)
+            run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
             instance=self.instance,
             tags=tags,
             raise_on_error=False,
@@ -128,7 +130,7 @@ class Executor:
             raise TrainingRunFailed(
                 f"run {result.run_id} ({unit.describe()}) failed{_failure_detail(result)}. The "
                 "workspace is at its last checkpoint; fix the cause and run `trm train --resume` "
-                "(or re-execute the run from the UI)"
+                "(or re-execute the run from the UI, where its log has the full traceback)"
             )
         return result.run_id
 
