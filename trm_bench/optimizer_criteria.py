@@ -127,9 +127,9 @@ def format_criteria(c: Mapping[str, Any]) -> str:
         if g["mean"] is None:
             lines.append(f"  − {other}: no common seed")
             continue
-        se = "n/a" if g["se"] is None else f"{100 * g['se']:.2f}"
+        se = "" if g["se"] is None else f" ± {100 * g['se']:.2f}"
         lines.append(
-            f"  − {other}: {100 * g['mean']:+.2f} ± {se}pp (paired over {g['seeds']} seed(s))"
+            f"  − {other}: {100 * g['mean']:+.2f}{se}pp (paired over {g['seeds']} seed(s))"
         )
     for how in ("effect", "kind"):
         n, h = c["neutral"][how], c["harmful_surviving_per_run"][how]
