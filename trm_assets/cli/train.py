@@ -228,7 +228,7 @@ def eval_cmd(
     from trm_assets.harness.loop.context import loop_context
     from trm_assets.harness.loop.step import evaluate
     from trm_assets.harness.storage.lock import workspace_lock
-    from trm_assets.harness.storage.runlog import RunLogReader
+    from trm_assets.harness.storage.runlog import RunLogReader, run_decoding
     from trm_assets.llm.factory import build_providers
 
     cfg = _config(workspace, config_path, overrides)
@@ -243,6 +243,10 @@ def eval_cmd(
         ctx.log.flush()
         with RunLogReader.open(ctx.paths.run_db) as reader:
             row = reader.run(run_id)
+            if row is not None and run_decoding(row) not in (None, ctx.decoding_hash()):
+                # that run was decoded by another model / world: this one is another run
+                run_id = f"{run_id}_{ctx.decoding_hash()}"
+                row = reader.run(run_id)
         if row is not None and row.get("status") == "done":
             acc = row.get("accuracy")
             click.echo(f"run {run_id} already evaluated (reused)")

@@ -51,3 +51,27 @@ def test_resuming_a_finalized_workspace_says_so(tmp_path: Path) -> None:
     assert res.exit_code == 0, (res.output, res.exception)
     assert res.output.startswith("warning: ") and "resuming with the new values" in res.output
     assert "warnings.warn" not in res.output and ".py:" not in res.output
+
+
+def test_trm_eval_reuses_a_run_only_from_the_same_model(tmp_path: Path) -> None:
+    """`trm eval` reused a finished run by its id alone: under another simulated world it
+    printed the first world's accuracy (review: 0.417 reused where 0.861 was expected)."""
+    from trm_assets.harness.storage.runlog import RunLogReader, run_decoding
+
+    cfg = tiny_config("epochs=1", "steps_per_epoch=1")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    config = tmp_path / "c.yaml"
+    config.write_text(config_to_yaml(cfg), encoding="utf-8")
+    base = ["eval", "--workspace", str(ws), "--version", "v1", "--pool", "test"]
+    base += ["--config", str(config)]
+
+    first = CliRunner().invoke(main, base)
+    assert first.exit_code == 0 and "run eval_v1_v1_test:" in first.output, first.output
+    other = CliRunner().invoke(main, [*base, "--set", "sim.ability=3"])
+    assert other.exit_code == 0 and "already evaluated" not in other.output, other.output
+    again = CliRunner().invoke(main, base)
+    assert "run eval_v1_v1_test already evaluated (reused)" in again.output
+    with RunLogReader.open(ws / "runs.duckdb") as reader:
+        ids = reader.run_ids("eval_v1_v1_test*")
+        decodings = {run_decoding(reader.run(i) or {}) for i in ids}
+    assert len(ids) == 2 and len(decodings) == 2  # one run per model, each recording its own

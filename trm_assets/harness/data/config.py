@@ -429,13 +429,17 @@ def _allowed(loc: tuple[int | str, ...]) -> str | None:
     return extra.get("allowed") if isinstance(extra, dict) else None
 
 
-def _holds(layer: Mapping[str, Any], loc: tuple[int | str, ...]) -> bool:
+def _held(layer: Mapping[str, Any], loc: tuple[int | str, ...]) -> tuple[int | str, ...] | None:
+    """The part of ``loc`` whose value ``layer`` set: all of it, or a shorter prefix the layer
+    set to a non-mapping (``--set sim=5``); None when the value came from elsewhere."""
     node: Any = layer
-    for part in loc:
+    for i, part in enumerate(loc):
         if not isinstance(node, Mapping) or part not in node:
-            return False
+            return None
         node = node[part]
-    return bool(loc)
+        if not isinstance(node, Mapping) and i < len(loc) - 1:
+            return loc[: i + 1]
+    return loc or None
 
 
 def _format_validation_error(
@@ -445,7 +449,7 @@ def _format_validation_error(
     for err in e.errors():
         loc = tuple(err.get("loc", ()))
         # not the file the message names: say where the value came from
-        given = (origin(loc[:2]) or origin(loc[:1])) if loc else None
+        given = origin(loc) if loc else None
         where = f" [from {given}]" if given else ""
         if not loc and err.get("type") == "value_error":
             # cross-field problems arrive as one multi-line message
@@ -562,7 +566,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
+            # only keys written as plain scalars (merge keys `<<` and complex keys are left to
+            # the parent, which reports what it cannot take)
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            key = self.construct_scalar(key_node)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"the key {key!r} is given twice", key_node.start_mark
@@ -618,11 +626,10 @@ def load_config(
 
     def origin(loc: tuple[int | str, ...]) -> str | None:
         """Which layer gave the value at ``loc`` when it is not the YAML file (named above)."""
-        if _holds(from_cli, loc):
+        if _held(from_cli, loc) is not None:
             return "--set"
-        if _holds(from_env, loc):
-            return ENV_PREFIX + "__".join(str(p).upper() for p in loc[:2])
-        return None
+        held = _held(from_env, loc)
+        return None if held is None else ENV_PREFIX + "__".join(str(p).upper() for p in held)
 
     try:
         return RunConfig.model_validate(layers)

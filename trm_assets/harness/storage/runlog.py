@@ -1318,3 +1318,13 @@ class RunLogReader(_Queries):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def run_decoding(row: Mapping[str, Any]) -> str | None:
+    """The decoding hash a ``runs`` row recorded (``meta.decoding``: the model and, with the
+    simulator, its world), None when it recorded none."""
+    meta = row.get("meta")
+    if isinstance(meta, str):
+        meta = json.loads(meta) if meta else None
+    decoding = meta.get("decoding") if isinstance(meta, Mapping) else None
+    return decoding if isinstance(decoding, str) else None

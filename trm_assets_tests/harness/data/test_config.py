@@ -14,6 +14,7 @@ from trm_assets.harness.data.config import (
     check_against_data,
     load_config,
     parse_set_overrides,
+    read_yaml_config,
 )
 from trm_assets.llm.settings import Settings
 
@@ -250,3 +251,23 @@ def test_a_key_given_twice_and_a_bool_for_a_number_are_errors(tmp_path: Path) ->
     # a real bool field still takes a bool
     cfg = load_config(_yaml(tmp_path, "gate_screen: false\n"), environ={}, dotenv_path=None)
     assert cfg.gate_screen is False
+    # YAML merge keys still merge; a key that cannot be a key is still a located YAML error
+    merged = "sim_defaults: &d\n  seed: 3\n"
+    assert read_yaml_config(_yaml(tmp_path, merged + "sim:\n  <<: *d\n  length_cost: 0.1\n"))[
+        "sim"
+    ] == {"seed": 3, "length_cost": 0.1}
+    with pytest.raises(ConfigError, match=r"line 1 column 1: invalid YAML \(found unhashable"):
+        read_yaml_config(_yaml(tmp_path, "[1, 2]: 3\n"))
+
+
+def test_a_layer_setting_another_key_of_the_section_is_not_blamed(tmp_path: Path) -> None:
+    """The section prefix blamed the environment for the YAML's bad `sim.length_cost` when it
+    only set `sim.seed` (review)."""
+    path = _yaml(tmp_path, "sim:\n  length_cost: -1\n")
+    for env, cli in (({"TRM_SIM__SEED": "3"}, []), ({}, ["sim.seed=3"])):
+        with pytest.raises(ConfigError) as e:
+            load_config(path, cli, environ=env, dotenv_path=None)
+        (line,) = [ln for ln in str(e.value).splitlines() if "sim.length_cost" in ln]
+        assert "[from" not in line
+    with pytest.raises(ConfigError, match=r"sim: .* \[from --set\]"):
+        load_config(path, ["sim=5"], environ={}, dotenv_path=None)
