@@ -16,9 +16,10 @@ against the ``--runs-out`` file it came from.
 * **by kind** — what the proposal carries: a new harmful directive, a new cue, or neither (a
   rewording, the proposal mix's "neutral").
 
-The issue states its bounds for 5 seeds at 6,000 rollouts or more: a comparison with fewer
-seeds or a smaller budget is reported but not assessed (``met`` is None), and so is a bound with
-nothing to count (no neutral proposal gated).
+The issue states its bounds for 5 seeds at 6,000 rollouts or more: ``met`` is False when any
+check fails; otherwise it is None ("not assessed") for a comparison with fewer seeds or a smaller
+budget, a bound with nothing to count (no neutral proposal gated) or a policy with no seed in
+common with the default one; True only when every check holds on an assessable comparison.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def criteria(runs: Sequence[Mapping[str, Any]], budget: int | None = None) -> di
         ),
     }
     checks: dict[str, bool | None] = {
-        **{f"gain >= {o}": g["mean"] is not None and g["mean"] >= 0 for o, g in gains.items()},
+        **{f"gain >= {o}": None if g["mean"] is None else g["mean"] >= 0 for o, g in gains.items()},
     }
     for how in ("effect", "kind"):
         rate, surviving = neutral[how]["rate"], harmful[how]

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -73,6 +74,8 @@ def synth(
     click.echo("  by task type: " + ", ".join(f"{k} {v}" for k, v in s.by_task_type.items()))
 
 
+DEFAULT_SERVED_MODEL = "sim-videomme-1"
+
 #: SimConfig keys that have their own option on ``sim-serve`` (``--sim`` may not set them too).
 _SERVE_KEYS = {
     "seed": "--seed",
@@ -123,7 +126,13 @@ def _sim_config(world: tuple[str, ...], reserved: dict[str, str], **keys: float 
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Simulator seed (SimConfig.seed)."
 )
-@click.option("--model", default="sim-videomme-1", show_default=True, help="Model name to report.")
+@click.option(
+    "--model",
+    default=DEFAULT_SERVED_MODEL,
+    show_default=True,
+    help="Model name to report (with --sim: suffixed by a hash of the world, so answers of two "
+    "worlds are never reused as one model's).",
+)
 @click.option("--latency-ms", type=click.FloatRange(min=0), default=0.0, show_default=True)
 @click.option("--latency-jitter-ms", type=click.FloatRange(min=0), default=0.0, show_default=True)
 @click.option("--fault-timeout-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True)
@@ -178,6 +187,8 @@ def serve(
         fault_http_5xx_rate=fault_5xx_rate,
         fault_malformed_rate=fault_malformed_rate,
     )
+    if world and model == DEFAULT_SERVED_MODEL:  # another world is another model: another name
+        model = f"{model}-{hashlib.sha256(config.model_dump_json().encode()).hexdigest()[:8]}"
     truth = load_world(data_dir)
     provider = SimulatedProvider(truth, config, model=model, inject_faults=False)
     server = SimServer(

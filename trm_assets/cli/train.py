@@ -153,6 +153,7 @@ def train_cmd(
         if resume and (done := finished(paths.state, cfg)) is not None:
             click.echo(f"{done}; report: trm report --workspace {workspace}")
             return
+        progress_reporter()  # a bad TRM_PROGRESS_EVERY_S is an error on either path
         click.echo(f"training {workspace} with {config_path} ({label}, {cfg.epochs} epoch(s))")
         if not no_dagster:
             _train_through_dagster(workspace, config_path, (*overrides, *extra))

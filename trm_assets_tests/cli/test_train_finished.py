@@ -75,3 +75,34 @@ def test_trm_eval_reuses_a_run_only_from_the_same_model(tmp_path: Path) -> None:
         ids = reader.run_ids("eval_v1_v1_test*")
         decodings = {run_decoding(reader.run(i) or {}) for i in ids}
     assert len(ids) == 2 and len(decodings) == 2  # one run per model, each recording its own
+
+
+def test_a_budget_finalized_workspace_refuses_a_larger_budget(tmp_path: Path) -> None:
+    cfg = tiny_config("rollout_budget=150")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        summary = train(ctx)
+    assert summary.state is not None and summary.state.final is not None
+    assert summary.state.final.reason == "budget"
+    config = tmp_path / "c.yaml"
+    config.write_text(config_to_yaml(cfg), encoding="utf-8")
+    base = ["train", "--workspace", str(ws), "--config", str(config), "--resume", "--no-dagster"]
+    same = CliRunner().invoke(main, base)
+    assert same.exit_code == 0 and "nothing to do" in same.output and "(budget)" in same.output
+    more = CliRunner().invoke(main, [*base, "--set", "rollout_budget=5000"])
+    assert more.exit_code == 2 and "leaves room for more" in more.output, more.output
+
+
+def test_a_bad_progress_cadence_stops_the_dagster_path_too(tmp_path: Path) -> None:
+    """It was read only on the in-process path; through Dagster a junk value fell back to 10 s."""
+    cfg = tiny_config()
+    ws = new_workspace(tmp_path / "ws", cfg)
+    config = tmp_path / "c.yaml"
+    config.write_text(config_to_yaml(cfg), encoding="utf-8")
+    res = CliRunner().invoke(
+        main,
+        ["train", "--workspace", str(ws), "--config", str(config)],
+        env={"TRM_PROGRESS_EVERY_S": "abc", "DAGSTER_HOME": str(tmp_path / "dh")},
+    )
+    assert res.exit_code == 2 and "TRM_PROGRESS_EVERY_S: expected seconds > 0" in res.output
+    assert not (ws / "state.json").exists()

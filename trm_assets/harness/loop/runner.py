@@ -22,7 +22,13 @@ from pathlib import Path
 
 from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.loop.context import LoopContext
-from trm_assets.harness.loop.plan import N_SLOW_STEPS, Action, next_action, progress_of
+from trm_assets.harness.loop.plan import (
+    N_SLOW_STEPS,
+    Action,
+    budget_exhausted,
+    next_action,
+    progress_of,
+)
 from trm_assets.harness.loop.session import UnitSession, open_session
 from trm_assets.harness.loop.slow_update import SLOW_STEPS, holdout_accuracy
 from trm_assets.harness.loop.step import initialize_training, run_step
@@ -224,6 +230,13 @@ def finished(state_path: Path, cfg: RunConfig) -> str | None:
         return None  # training it, or another config's (the resume refuses that, naming why)
     trained = len(state.history)
     reason = state.final.reason if state.final is not None else "completed"
+    if reason == "budget" and not budget_exhausted(state, cfg):
+        raise CheckpointError(
+            f"{state_path}: training stopped at its rollout budget and was finalized (best "
+            f"delivered); `rollout_budget: {cfg.rollout_budget}` leaves room for more, but a "
+            "finalized workspace does not train further. Start a new workspace (`trm init`, or "
+            "`trm promote` the best version and `trm init --from-seed`) with the larger budget"
+        )
     if cfg.epochs > trained and reason == "completed":
         raise CheckpointError(
             f"{state_path}: training finished after {trained} epoch(s) and was finalized (best "
