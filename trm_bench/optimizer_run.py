@@ -236,6 +236,21 @@ class Oracle:
         p = self.ctx.agent_prompts(prompts_version)
         return p.system, [p.tool_descriptions[k] for k in sorted(p.tool_descriptions)]
 
+    def cues_read(
+        self, task_type: str, skills: Mapping[str, str], prompts_version: str
+    ) -> set[str]:
+        """The cues of ``task_type`` its questions read: in any instruction text (its skill, the
+        default strategy, the system prompt, tool descriptions, other skills under ``all``)."""
+        system, tools = self._prompts(prompts_version)
+        texts = active_texts(
+            task_type,
+            skills,
+            system_prompt=system,
+            tool_descriptions=tools,
+            skill_mode=self.ctx.cfg.skill_mode,
+        )
+        return self.world.cues_expressed(task_type, texts)
+
     def per_question(
         self, qids: Sequence[str], skills: Mapping[str, str], prompts_version: str
     ) -> dict[str, float]:
@@ -323,8 +338,10 @@ class GateRecorder(LoopObserver):
         ]
         world = self.oracle.world
         harmful = [ln for ln in added if world.harm_present(req.task_type, [ln])]
-        cues = world.cues_expressed(req.task_type, [req.candidate_text])
-        new_cue = bool(cues - world.cues_expressed(req.task_type, [base.get(req.skill_file, "")]))
+        # a cue the type already reads anywhere (another prompt, the default strategy) adds
+        # nothing: only a cue new to what its questions read makes the edit a cue edit
+        read = self.oracle.cues_read(req.task_type, base, req.prompts_version)
+        new_cue = bool(self.oracle.cues_read(req.task_type, cand, req.prompts_version) - read)
         self.records.append(
             GateRecord(
                 unit=self.unit,

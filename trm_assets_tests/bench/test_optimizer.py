@@ -358,3 +358,50 @@ def test_run_keys_in_set_are_refused_before_any_run(override: str, says: str) ->
     """A --set of a key the benchmark sets per run was silently overwritten (review)."""
     res = CliRunner().invoke(cli, ["--quick", "--seeds", "1", "--set", override])
     assert res.exit_code == 2 and says in res.output and "Traceback" not in res.output
+
+
+def test_a_cue_the_type_already_reads_elsewhere_is_not_a_cue_edit() -> None:
+    """The kind compared cues within the edited skill file only: a cue already in the system
+    prompt, added to the skill, was a "cue" edit with Δ = 0 (review)."""
+    from types import SimpleNamespace
+
+    from trm_assets.domain.question import skill_file_name
+    from trm_assets.llm.sim.oracle import active_texts, expected_by_question
+    from trm_assets.llm.sim_config import SimConfig
+    from trm_bench.optimizer_run import GateRecorder
+
+    world = load_world(REPO / "data" / "smoke")
+    tt = sorted(world.truth.task_types)[0]
+    cue = world.truth.task_types[tt].cues[0].phrasings[0]
+    skill, cfg = skill_file_name(tt), SimConfig()
+    qids = tuple(sorted(q for q, x in world.questions.items() if x.task_type == tt))
+
+    def kind_and_truth(system: str) -> tuple[str, str]:
+        class Oracle:
+            def __init__(self) -> None:
+                self.world, self.by_type = world, {tt: qids}
+
+            def per_question(self, q: Any, skills: Any, pv: str) -> dict[str, float]:
+                return expected_by_question(world, q, skills, cfg, system_prompt=system)
+
+            def cues_read(self, t: str, skills: Any, pv: str) -> set[str]:
+                return world.cues_expressed(t, active_texts(t, skills, system_prompt=system))
+
+        rec = GateRecorder(Oracle())  # type: ignore[arg-type]
+        base = "# skill\n## Strategy\n- look closely\n"
+        req = SimpleNamespace(
+            task_type=tt, skill_file=skill, baseline_skills={skill: base},
+            candidate_text=f"{base}- {cue}\n", prompts_version="v1", epoch=0, step=0,
+        )  # fmt: skip
+        out = SimpleNamespace(
+            baseline_rollouts=0, candidate_rollouts=0, wins=0, losses=0, action="accept",
+            verdict="ACCEPT",
+        )  # fmt: skip
+        rec.record(req, out)  # type: ignore[arg-type]
+        return rec.records[-1].kind, rec.records[-1].truth
+
+    assert kind_and_truth(f"You answer questions about videos.\n- {cue}\n") == (
+        "neutral",
+        "neutral",
+    )
+    assert kind_and_truth("You answer questions about videos.\n") == ("cue", "helpful")
