@@ -236,20 +236,27 @@ class Oracle:
         p = self.ctx.agent_prompts(prompts_version)
         return p.system, [p.tool_descriptions[k] for k in sorted(p.tool_descriptions)]
 
-    def cues_read(
+    def texts_read(
         self, task_type: str, skills: Mapping[str, str], prompts_version: str
-    ) -> set[str]:
-        """The cues of ``task_type`` its questions read: in any instruction text (its skill, the
-        default strategy, the system prompt, tool descriptions, other skills under ``all``)."""
+    ) -> list[str]:
+        """The instruction texts a question of ``task_type`` reads (its skill, the default
+        strategy, the system prompt, tool descriptions, other skills under ``all``)."""
         system, tools = self._prompts(prompts_version)
-        texts = active_texts(
+        return active_texts(
             task_type,
             skills,
             system_prompt=system,
             tool_descriptions=tools,
             skill_mode=self.ctx.cfg.skill_mode,
         )
-        return self.world.cues_expressed(task_type, texts)
+
+    def cues_read(
+        self, task_type: str, skills: Mapping[str, str], prompts_version: str
+    ) -> set[str]:
+        """The cues of ``task_type`` its questions read, in any instruction text."""
+        return self.world.cues_expressed(
+            task_type, self.texts_read(task_type, skills, prompts_version)
+        )
 
     def per_question(
         self, qids: Sequence[str], skills: Mapping[str, str], prompts_version: str
@@ -278,20 +285,10 @@ class Oracle:
         """Task types whose instruction texts (skill, default strategy, prompts) hold a harmful
         directive, from any channel (gated edits, momentum guidance, prompt evolution)."""
         skills = self.ctx.skills(pair[0])
-        system, tools = self._prompts(pair[1])
         return sum(
             1
             for tt in self.world.task_types
-            if self.world.harm_present(
-                tt,
-                active_texts(
-                    tt,
-                    skills,
-                    system_prompt=system,
-                    tool_descriptions=tools,
-                    skill_mode=self.ctx.cfg.skill_mode,
-                ),
-            )
+            if self.world.harm_present(tt, self.texts_read(tt, skills, pair[1]))
         )
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from trm_assets.llm.sim_config import SIM_NOT_ANSWERS, SimConfig
+from trm_assets.llm.sim_config import SimConfig, answer_world
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -273,7 +273,7 @@ def oracle(
         pools.update(_read_pools(pools_file))
     report: dict[str, object] = {
         "simulated": True,
-        "sim": config.model_dump(mode="json", exclude=set(SIM_NOT_ANSWERS)),
+        "sim": answer_world(config),
         "data": str(data_dir),
         "skills": str(skills_dir),
         "pools": {},

@@ -197,3 +197,8 @@ SIM_NOT_ANSWERS: Final[frozenset[str]] = frozenset(
     }
 )
 assert set(SimConfig.model_fields) >= SIM_NOT_ANSWERS
+
+
+def answer_world(config: SimConfig) -> dict[str, Any]:
+    """The simulated model's identity: every key but :data:`SIM_NOT_ANSWERS`, as JSON values."""
+    return config.model_dump(mode="json", exclude=set(SIM_NOT_ANSWERS))

@@ -207,9 +207,7 @@ class RunConfig(NoBoolNumbers):
 
     def effective_agent_temperature(self) -> float:
         """The decoding temperature of every agent rollout (step, evaluations, gates)."""
-        if self.agent_temperature is not None:
-            return self.agent_temperature
-        return self.sim.agent_temperature if self.llm_provider == "sim" else 0.0
+        return agent_temperature_of(self.agent_temperature, self.llm_provider, self.sim)
 
     def fresh_draws(self) -> bool:
         """Whether two rollouts of one prompt are independent draws (temperature > 0). At
@@ -332,24 +330,26 @@ def cross_field_problems(
 _Check = tuple[tuple[str, ...], Callable[[], bool], Callable[[], str]]
 
 
+def agent_temperature_of(agent_temperature: float | None, provider: str, sim: SimConfig) -> float:
+    """``agent_temperature``, or the world's default when null: the simulator's
+    ``sim.agent_temperature``, 0 with a real model."""
+    if agent_temperature is not None:
+        return float(agent_temperature)
+    return sim.agent_temperature if provider == "sim" else 0.0
+
+
 def _decoding_checks(v: Mapping[str, Any]) -> list[_Check]:
     """Gate options that are invalid or do nothing at the agent temperature (issue 15 B); the
     temperature of raw values follows :meth:`RunConfig.effective_agent_temperature`."""
 
     def temperature() -> float:
-        if v["agent_temperature"] is not None:
-            return float(v["agent_temperature"])
-        if v["llm_provider"] != "sim":
-            return 0.0
         sim = v.get("sim")
-        if isinstance(sim, SimConfig):
-            return sim.agent_temperature
-        try:  # raw values: the section as given (the profile fills the rest), or the default
-            return SimConfig.model_validate(
-                sim if isinstance(sim, Mapping) else {}
-            ).agent_temperature
-        except ValidationError as e:  # the sim section's own errors say what is wrong
-            raise TypeError from e
+        if not isinstance(sim, SimConfig):
+            try:  # raw values: the section as given (the profile fills the rest), or the default
+                sim = SimConfig.model_validate(sim if isinstance(sim, Mapping) else {})
+            except ValidationError as e:  # the sim section's own errors say what is wrong
+                raise TypeError from e
+        return agent_temperature_of(v["agent_temperature"], v["llm_provider"], sim)
 
     return [
         (

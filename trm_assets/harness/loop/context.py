@@ -50,6 +50,7 @@ from trm_assets.harness.storage.pools import build_or_load_pools
 from trm_assets.harness.storage.runlog import RunLog
 from trm_assets.harness.storage.versions import read_version_files, verify_version
 from trm_assets.harness.storage.workspace import (
+    RUN_BASE,
     ResolvedPaths,
     WorkspaceError,
     open_run_log,
@@ -57,10 +58,7 @@ from trm_assets.harness.storage.workspace import (
     resolve_paths,
 )
 from trm_assets.llm.providers import Providers
-from trm_assets.llm.sim_config import SIM_NOT_ANSWERS
-
-RUN_BASE = "train"  # run ids: train_init, train_e{E}_s{S}, train_e{E}_s{S}_gate_<skill>_base, …
-
+from trm_assets.llm.sim_config import answer_world
 
 T = TypeVar("T")
 
@@ -199,7 +197,7 @@ class LoopContext:
             "skill_mode": self.cfg.skill_mode,
         }
         if self.cfg.llm_provider == "sim":  # the simulated model is its world: another answers
-            decoding["world"] = self.cfg.sim.model_dump(mode="json", exclude=set(SIM_NOT_ANSWERS))
+            decoding["world"] = answer_world(self.cfg.sim)
         return decoding
 
     def decoding_hash(self) -> str:

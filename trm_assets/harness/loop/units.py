@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Literal
 
 from trm_assets.harness.data.config import RunConfig
-from trm_assets.harness.loop.context import RUN_BASE, LoopContext
+from trm_assets.harness.loop.context import LoopContext
 from trm_assets.harness.loop.plan import N_SLOW_STEPS, Action
 from trm_assets.harness.loop.runner import current_action, run_action, writer_lock
-from trm_assets.harness.storage.workspace import read_manifest
+from trm_assets.harness.storage.workspace import RUN_BASE, read_manifest
 
 UnitStatus = Literal["done", "next", "later"]
 Echo = Callable[[str], None]

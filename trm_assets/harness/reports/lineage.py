@@ -15,8 +15,8 @@ from trm_assets.domain.question import skill_file_name
 from trm_assets.harness.storage.checkpoint import (
     encode_record,
     parse_state_json,
+    read_state_file,
     read_state_text,
-    state_from_dict,
 )
 from trm_assets.harness.storage.runlog import RunLogReader
 from trm_assets.harness.storage.versions import (
@@ -60,10 +60,10 @@ def load_state_dict(workspace: str | Path) -> dict[str, Any] | None:
 
 def epoch_summary(workspace: str | Path, epoch: int) -> dict[str, Any] | None:
     """The epoch report the slow update wrote into the checkpoint (None before it exists)."""
-    raw = load_state_dict(workspace)
-    if raw is None:
+    path = Path(workspace) / "state.json"
+    if not path.exists():
         return None
-    state = state_from_dict(raw, str(Path(workspace) / "state.json"))
+    state = read_state_file(path)
     for h in state.history:
         if h.epoch == epoch:
             summary: dict[str, Any] = encode_record(h)

@@ -32,8 +32,8 @@ from trm_assets.domain.pools import Pools, pools_from_dict
 from trm_assets.harness.storage.cache_store import read_cache_file
 from trm_assets.harness.storage.checkpoint import (
     TrainState,
+    read_state_file,
     referenced_versions,
-    state_from_dict,
 )
 from trm_assets.harness.storage.lock import LOCK_FILE, lock_holder
 from trm_assets.harness.storage.runlog import RunLogBusyError, RunLogReader
@@ -169,17 +169,7 @@ def _check_pointers(ws: Path, state: TrainState | None, report: CheckReport) -> 
 
 def _load_state(ws: Path) -> TrainState | None:
     path = ws / "state.json"
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise StoreError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
-    except UnicodeDecodeError:
-        raise StoreError(f"{path}: not UTF-8 text") from None
-    if not isinstance(data, dict):
-        raise StoreError(f"{path}: expected a JSON object")
-    return state_from_dict(data, str(path))
+    return read_state_file(path) if path.exists() else None
 
 
 def _check_mark(ws: Path, state: TrainState, report: CheckReport) -> None:

@@ -145,14 +145,15 @@ class Manifest(BaseModel):
         return None
 
 
-#: Run ids of the training loop (``LoopContext.base``): ``train_init``, then ``train_e{E}_…``.
-TRAIN_RUN_PREFIX: Final = "train_"
+#: The training loop's run ids (``LoopContext.base``): train_init, train_e{E}_s{S},
+#: train_e{E}_s{S}_gate_<skill>_base, …
+RUN_BASE: Final = "train"
 
 
 def runs_past_init(manifest: Manifest) -> list[str]:
     """Training runs recorded after the init unit (steps, gates, slow updates): each can only
     start from a committed ``state.json``, so with the state missing they mean it was lost."""
-    return [r.run_id for r in manifest.history if r.run_id.startswith(f"{TRAIN_RUN_PREFIX}e")]
+    return [r.run_id for r in manifest.history if r.run_id.startswith(f"{RUN_BASE}_e")]
 
 
 def lost_state_message(state_path: Path, runs: list[str]) -> str:
