@@ -19,6 +19,8 @@ decision-simulator-model.md) so the committed default sample goes from ≈45% (s
 0 a fresh draw per sample index. ``text_flip_rate`` gives every instruction text its own mean-zero
 per-question perturbation (two neutral rewordings flip that share of answers at temperature 0),
 ``length_cost`` removes log-odds per 100 words read beyond the seed prompt set (context dilution).
+``temperature_scale`` makes draws at a low temperature near-replays of the greedy answer
+(docs/decision-low-temperature.md); at its default 0 every draw above 0 is fresh.
 
 **Profiles.** ``profile`` names a set of defaults (:data:`PROFILES`): ``default`` is the world of
 issue 4 unchanged, ``realistic`` a temperature-0 agent whose answers move under rewording and long
@@ -149,6 +151,14 @@ class SimConfig(NoBoolNumbers):
         description="log-odds lost per 100 words of instruction text beyond the seed prompt "
         "set's length for the question's task type (context dilution)",
     )
+    temperature_scale: float = Field(
+        0.0,
+        ge=0,
+        le=10,
+        description="τ: at a temperature T > 0 two draws of one prompt share a latent "
+        "correlation exp(−(T/τ)²) with the greedy answer (a low temperature nearly replays it, as "
+        "on a real server); 0 = every draw above temperature 0 is fresh (issue 4)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -200,5 +210,10 @@ assert set(SimConfig.model_fields) >= SIM_NOT_ANSWERS
 
 
 def answer_world(config: SimConfig) -> dict[str, Any]:
-    """The simulated model's identity: every key but :data:`SIM_NOT_ANSWERS`, as JSON values."""
-    return config.model_dump(mode="json", exclude=set(SIM_NOT_ANSWERS))
+    """The simulated model's identity: every key but :data:`SIM_NOT_ANSWERS`, as JSON values.
+    ``temperature_scale`` at 0 (fresh draws, the world before the knob existed) is left out, so
+    the identities recorded before it keep their value."""
+    out = config.model_dump(mode="json", exclude=set(SIM_NOT_ANSWERS))
+    if not config.temperature_scale:
+        del out["temperature_scale"]
+    return out

@@ -5,6 +5,8 @@ docs/decision-sim-decoding-profiles.md)::
 
     temperature > 0:  u = H(sim seed, question id, normalized instruction text, sample index)
     temperature = 0:  u = H(sim seed, question id)
+    sim.temperature_scale τ > 0, T > 0:  u = Φ(√r·Φ⁻¹(u_greedy) + √(1 − r)·Φ⁻¹(u_fresh)),
+                      r = exp(−(T/τ)²): a low temperature nearly replays the greedy answer
     correct  ⇔  u < P_eff(question, instruction text)          (oracle.question_probability)
 
 * *instruction text* = every system message (agent prompt + skill blocks) plus the tool
@@ -34,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trm_assets.domain.question import LETTERS
-from trm_assets.llm.sim.decoding import is_greedy
+from trm_assets.llm.sim.decoding import correlated_unit, draw_correlation, is_greedy
 from trm_assets.llm.sim.draws import below, digest, normalize_text, unit
 from trm_assets.llm.sim.oracle import question_probability
 from trm_assets.llm.sim.roles import SimReply, content_text, question_id_of_agent_prompt
@@ -142,6 +144,9 @@ def agent_draw(
         u = unit(config.seed, "agent-greedy", question_id)
     else:
         u = unit(config.seed, "agent", question_id, relevant, sample)
+        r = draw_correlation(config, temperature)
+        if r > 0.0:  # sim.temperature_scale: a low temperature leans on the greedy draw
+            u = correlated_unit(unit(config.seed, "agent-greedy", question_id), u, r)
     if q is None:  # a question the world does not know: a pure guess
         letter = LETTERS[below(4, config.seed, "guess", question_id, *keys)]
         return letter, False, config.guess

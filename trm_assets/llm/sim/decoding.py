@@ -18,6 +18,12 @@ For question q reading instruction text t (docs/decision-sim-decoding-profiles.m
   P leaves no room (2P(1 − P) ≤ f: ρ = 0, the answer is fixed by the text alone).
 * ``U`` = H(seed, q) at temperature 0 (``Φ(Z_q)``: the question part, identical for every text and
   sample) and H(seed, q, normalized text, sample index) above 0 (issue 4's fresh draw).
+* With ``temperature_scale`` τ > 0, a draw at temperature T > 0 is
+  ``U = Φ(√r·Z_q + √(1 − r)·Z_s)``, ``r = exp(−(T/τ)²)`` (:func:`draw_correlation`), ``Z_s``
+  the fresh draw's normal score: still uniform (so the oracle is unchanged at any T), but two
+  draws of one prompt agree more often the lower T, as a real model's samples do (a low
+  temperature sharpens every answer distribution towards the greedy answer). τ = 0 keeps issue
+  4's draw.
 
 With ``text_flip_rate = length_cost = 0`` every function here is the identity on issue 4's P, so
 the default world reproduces bit for bit.
@@ -58,6 +64,41 @@ def resolve_temperature(config: SimConfig, temperature: float | None) -> float:
 def is_greedy(config: SimConfig, temperature: float | None) -> bool:
     """Temperature 0 (or below): the answer depends on the question and the text only."""
     return resolve_temperature(config, temperature) <= 0.0
+
+
+def draw_correlation(config: SimConfig, temperature: float | None) -> float:
+    """r(T): the latent correlation of a draw at temperature T with the greedy draw: 1 at 0;
+    ``exp(−(T/τ)²)`` above 0 with ``temperature_scale`` τ > 0; 0 (issue 4's draw) with τ = 0."""
+    t = resolve_temperature(config, temperature)
+    if t <= 0.0:
+        return 1.0
+    if config.temperature_scale <= 0.0:
+        return 0.0
+    return math.exp(-((t / config.temperature_scale) ** 2))
+
+
+_U_EDGE = 1e-15  # Φ⁻¹ needs 0 < u < 1; hash uniforms are in [0, 1)
+
+
+def correlated_unit(greedy: float, fresh: float, r: float) -> float:
+    """``Φ(√r·Φ⁻¹(greedy) + √(1 − r)·Φ⁻¹(fresh))``: uniform when both are; ``fresh`` itself at
+    r = 0 (bit for bit), ``greedy`` at r = 1."""
+    if r <= 0.0:
+        return fresh
+    if r >= 1.0:
+        return greedy
+    zg = _STD.inv_cdf(min(max(greedy, _U_EDGE), 1.0 - _U_EDGE))
+    zs = _STD.inv_cdf(min(max(fresh, _U_EDGE), 1.0 - _U_EDGE))
+    return _STD.cdf(math.sqrt(r) * zg + math.sqrt(1.0 - r) * zs)
+
+
+def disagreement(p: float, r: float) -> float:
+    """P(two draws of latent correlation r disagree) on a question of probability ``p``:
+    ``2p(1 − p) − (1/π)∫₀^{arcsin r} exp(−c²/(1 + sin u)) du`` (Plackett), c = Φ⁻¹(p)."""
+    if p <= 0.0 or p >= 1.0:
+        return 0.0
+    c2 = _STD.inv_cdf(p) ** 2
+    return max(0.0, 2.0 * p * (1.0 - p) - _flip_integral(c2, math.asin(min(max(r, 0.0), 1.0))))
 
 
 # --- what the agent reads ------------------------------------------------------------------------

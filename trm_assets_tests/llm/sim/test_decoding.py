@@ -23,6 +23,9 @@ from trm_assets.llm.protocol import InfraError
 from trm_assets.llm.sim.agent import agent_draw
 from trm_assets.llm.sim.decoding import (
     SeedPromptsError,
+    correlated_unit,
+    disagreement,
+    draw_correlation,
     flip_correlation,
     instruction_parts,
     perturbed_probability,
@@ -400,3 +403,64 @@ def test_observed_accuracy_matches_the_oracle_at_both_temperatures(
         n = len(qids) * len(samples)
         se = math.sqrt(var * len(samples)) / n
         assert abs(hits / n - expected) < 4 * se, (temperature, hits / n, expected)
+
+
+# --- a low temperature (sim.temperature_scale) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("temperature", "tau"), [(0.05, 0.5), (0.3, 0.5), (1.0, 0.5)])
+def test_two_draws_of_one_prompt_agree_as_the_temperature_scale_says(
+    default_world: SimWorld, seed_skills: dict[str, str], temperature: float, tau: float
+) -> None:
+    world = default_world
+    config = SimConfig(agent_temperature=temperature, temperature_scale=tau)
+    r = draw_correlation(config, None)
+    assert r == pytest.approx(math.exp(-((temperature / tau) ** 2)))
+    qids = world.question_ids()[:2000]
+    texts = {tt: active_texts(tt, seed_skills, **ORACLE_KW) for tt in world.task_types}
+    disagree = expected = hits = 0.0
+    for qid in qids:
+        tt = world.questions[qid].task_type
+        a = agent_draw(world, config, qid, texts[tt], 11)
+        b = agent_draw(world, config, qid, texts[tt], 12)
+        disagree += a[1] != b[1]
+        hits += a[1]
+        expected += disagreement(a[2], r)  # the bivariate-normal value, per question
+    n = len(qids)
+    assert abs(disagree / n - expected / n) <= 0.02, (disagree / n, expected / n)
+    # Fresh draws would disagree far more often at a low temperature: the knob is not a no-op.
+    fresh = (
+        sum(
+            disagreement(
+                agent_draw(world, config, q, texts[world.questions[q].task_type], 0)[2], 0.0
+            )
+            for q in qids
+        )
+        / n
+    )
+    if temperature < 0.1:
+        assert disagree / n < fresh / 4, (disagree / n, fresh)
+    # Every draw stays uniform: the accuracy is the oracle's at any temperature.
+    probs = expected_by_question(world, qids, seed_skills, config, **ORACLE_KW)
+    mean = sum(probs.values()) / n
+    se = math.sqrt(sum(p * (1 - p) for p in probs.values())) / n
+    assert abs(hits / n - mean) < 4 * se / math.sqrt(max(1e-9, 1 - r)) + 0.01, (hits / n, mean)
+
+
+def test_a_zero_temperature_scale_keeps_issue_4_draws_and_the_greedy_draw_at_zero(
+    default_world: SimWorld, seed_skills: dict[str, str]
+) -> None:
+    world = default_world
+    qids = world.question_ids()[:200]
+    texts = {tt: active_texts(tt, seed_skills, **ORACLE_KW) for tt in world.task_types}
+    scaled = SimConfig(temperature_scale=0.5)
+    for qid in qids:
+        t = texts[world.questions[qid].task_type]
+        # τ = 0 (the default): the fresh draw of issue 4; τ > 0 changes nothing at temperature 0.
+        assert agent_draw(world, SimConfig(), qid, t, 3) == agent_draw(
+            world, SimConfig(temperature_scale=0.0), qid, t, 3
+        )
+        assert agent_draw(world, scaled, qid, t, 3, temperature=0.0) == agent_draw(
+            world, SimConfig(), qid, t, 3, temperature=0.0
+        )
+    assert correlated_unit(0.3, 0.8, 0.0) == 0.8 and correlated_unit(0.3, 0.8, 1.0) == 0.3
