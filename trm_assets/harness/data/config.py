@@ -133,7 +133,19 @@ class RunConfig(NoBoolNumbers):
         "known-baseline questions unless the candidate is ahead there, W − L ≥ 1)",
     )
     gate_passes: int | None = _field(
-        None, "1..50, or null (1; 3 for pools < 60 with fresh draws)", ge=1, le=50
+        None,
+        "1..50, or null (1; 3 for pools < 60 with independent draws, gate_fresh_temperature)",
+        ge=1,
+        le=50,
+    )
+    gate_fresh_temperature: float = _field(
+        1.0,
+        "0 < x <= 2: the lowest agent temperature at which the gate counts two rollouts of one "
+        "prompt as independent draws (repeated passes, the ladder's order); below it a low "
+        "temperature nearly replays the answer, and the gate takes the temperature-0 plan "
+        "(one uniform pass)",
+        gt=0,
+        le=2,
     )
     gate_max_blocks: int | None = _field(None, ">= 1, or null (ceil(ladder·passes/block))", ge=1)
     gate_infra_max_rate: float = _field(0.2, "0 < x < 1", gt=0, lt=1)
@@ -210,9 +222,17 @@ class RunConfig(NoBoolNumbers):
         return agent_temperature_of(self.agent_temperature, self.llm_provider, self.sim)
 
     def fresh_draws(self) -> bool:
-        """Whether two rollouts of one prompt are independent draws (temperature > 0). At
-        temperature 0 a real server answers the same prompt the same way (GATE §6.3 R5)."""
+        """Whether a rollout is a new sample (temperature > 0), so an earlier rollout of the same
+        prompt cannot stand in for it. At temperature 0 a real server answers the same prompt
+        the same way (GATE §6.3 R5) and outcomes are reused."""
         return self.effective_agent_temperature() > 0
+
+    def independent_draws(self) -> bool:
+        """Whether the gate may count two rollouts of one prompt as independent evidence:
+        temperature ≥ ``gate_fresh_temperature``. Below it (a low temperature nearly replays the
+        greedy answer: docs/decision-low-temperature.md) the gate uses the temperature-0 plan,
+        one uniform pass, valid at any decoding."""
+        return self.effective_agent_temperature() >= self.gate_fresh_temperature
 
     def provider_spec(self) -> ProviderSpec:
         """What :func:`trm_assets.llm.factory.build_providers` needs from the config."""
@@ -359,7 +379,24 @@ def _decoding_checks(v: Mapping[str, Any]) -> list[_Check]:
                 f"gate_passes: {v['gate_passes']} replays identical pairs at agent temperature "
                 f"{temperature()} (deterministic decoding gives the same answer to the same "
                 "prompt, so a second pass adds no evidence but is counted as if it did); use "
-                "gate_passes: 1 (or null), or an agent_temperature > 0"
+                "gate_passes: 1 (or null), or an agent_temperature >= gate_fresh_temperature "
+                f"({v['gate_fresh_temperature']})"
+            ),
+        ),
+        (
+            ("gate_passes", "gate_fresh_temperature", "agent_temperature", "sim", "llm_provider"),
+            lambda: (
+                0 < temperature() < v["gate_fresh_temperature"]
+                and v["gate_passes"] is not None
+                and v["gate_passes"] > 1
+            ),
+            lambda: (
+                f"gate_passes: {v['gate_passes']} at agent temperature {temperature()}, below "
+                f"gate_fresh_temperature ({v['gate_fresh_temperature']}): a low temperature "
+                "nearly replays the same answer to the same prompt, so a second pass adds "
+                "little evidence but is counted as if it were independent; use gate_passes: 1 "
+                "(or null), or lower gate_fresh_temperature if this model's draws are "
+                "independent at this temperature"
             ),
         ),
         (

@@ -69,9 +69,9 @@ def gate_d_max(cfg: RunConfig, pool_size: int, extra_size: int = 0) -> int:
         return min(MINIBATCH_SIZE, pool_size)
     if cfg.gate_policy == "full_val_point":
         return pool_size
-    if not cfg.fresh_draws():  # temperature 0: one pass over the pool (gate.SequentialGate)
+    if not cfg.independent_draws():  # one pass over the pool (gate.SequentialGate)
         passes = 1
-        if cfg.gate_pool == "validation+diagnosis":
+        if cfg.gate_pool == "validation+diagnosis" and not cfg.fresh_draws():
             pool_size += extra_size
     else:
         passes = (

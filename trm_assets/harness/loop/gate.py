@@ -35,15 +35,17 @@ whole validation pool, accept iff the candidate's accuracy is strictly higher). 
 non-sequential policies run their plan as one block so the kernel's INFRA guard and evidence still
 apply. A new policy is one class plus one entry in :data:`POLICIES`.
 
-**The sequential gate's order follows the decoding** (GATE §6.3 R1/R5, issue 15): with fresh
-draws (agent temperature > 0) it visits the information ladder, cycled ``passes`` times; at
-temperature 0 every rollout of a prompt is the same answer, so passes would replay identical pairs
-and the ladder's order — built from those very outcomes — would select on the baseline: the plan
-is then one pass over the type's pool in a seeded uniform order (a random order of pool questions
-is a sample of the question population, so the discordant-sign test stays valid for "the candidate
-is not better on questions like these"). A plan truncated by ``gate_max_blocks`` over a *cold*
-ladder would test only the ladder's biased front (a mean-zero heterogeneous edit was accepted
-6.2% > α): it visits the same questions in a seeded uniform order instead.
+**The sequential gate's order follows the decoding** (GATE §6.3 R1/R5, issue 15): with
+independent draws (agent temperature ≥ ``gate_fresh_temperature``, default 1) it visits the
+information ladder, cycled ``passes`` times; at temperature 0 every rollout of a prompt is the same
+answer, and a low temperature nearly so (docs/decision-low-temperature.md), so passes would replay
+(nearly) identical pairs and the ladder's order — built from those very outcomes — would select on
+the baseline: the plan is then one pass over the type's pool in a seeded uniform order (a random
+order of pool questions is a sample of the question population, so the discordant-sign test stays
+valid for "the candidate is not better on questions like these"). A plan truncated by
+``gate_max_blocks`` over a *cold* ladder would test only the ladder's biased front (a mean-zero
+heterogeneous edit was accepted 6.2% > α): it visits the same questions in a seeded uniform
+order instead.
 
 Why it is long: the block barrier, the baseline cache protocol, the four policies and the evidence
 rows are one procedure (GATE §4.4) that must be read top to bottom; splitting it would scatter the
@@ -186,8 +188,8 @@ def _point_decision(v: GateVerdict) -> Decision:
 
 def gate_passes(ctx: LoopContext, task_type: str) -> int:
     """``gate_passes`` from the config, else GATE §11's default for the type's pool size — and 1
-    at temperature 0, where a second pass would replay identical pairs."""
-    if not ctx.cfg.fresh_draws():
+    below ``gate_fresh_temperature``, where a second pass would replay (nearly) identical pairs."""
+    if not ctx.cfg.independent_draws():
         return 1
     if ctx.cfg.gate_passes is not None:
         return ctx.cfg.gate_passes
@@ -224,7 +226,7 @@ class SequentialGate:
 
     def plan(self, ctx: LoopContext, req: GateRequest) -> GatePlan:
         cfg = ctx.cfg
-        if not cfg.fresh_draws():  # GATE §6.3 R5: deterministic decoding
+        if not cfg.independent_draws():  # GATE §6.3 R5: deterministic (or nearly) decoding
             extra = _never_shown(ctx, req.extra_qids)
             order = _uniform(ctx, req, (*req.pool_qids, *extra), "temperature0")
             if extra:
@@ -244,6 +246,8 @@ class SequentialGate:
                     known=known,
                 )
             positions = gate_plan(order, 1, cfg.gate_block, cfg.gate_max_blocks)
+            if cfg.fresh_draws():  # a low temperature: nothing reused, one pass
+                return GatePlan(positions, "uniform (below gate_fresh_temperature)")
             return GatePlan(positions, "uniform (temperature 0)")
         passes = gate_passes(ctx, req.task_type)
         full = gate_plan(req.ladder_qids, passes, cfg.gate_block)

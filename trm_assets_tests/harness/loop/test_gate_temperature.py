@@ -20,7 +20,12 @@ import pytest
 from trm_assets.domain.errors import TrmError
 from trm_assets.domain.question import skill_file_name
 from trm_assets.harness.loop.context import LoopContext, loop_context
-from trm_assets.harness.loop.gate import GateRequest, SequentialGate, gate_passes
+from trm_assets.harness.loop.gate import (
+    GateRequest,
+    SequentialGate,
+    deterministic_baseline,
+    gate_passes,
+)
 from trm_assets.llm.factory import build_providers
 from trm_assets_tests.tiny import new_workspace, tiny_config
 
@@ -57,7 +62,7 @@ def test_passes_at_temperature_zero_are_a_config_error() -> None:
         tiny_config("sim.profile=realistic", "gate_passes=3")
     with pytest.raises(TrmError, match="replays identical pairs"):
         tiny_config("agent_temperature=0", "gate_passes=2")
-    assert tiny_config("agent_temperature=0.7", "gate_passes=3").gate_passes == 3
+    assert tiny_config("agent_temperature=1", "gate_passes=3").gate_passes == 3
 
 
 def test_decoding_problems_are_listed_with_the_others() -> None:
@@ -336,3 +341,42 @@ def test_temperature_zero_reuse_never_crosses_simulated_worlds(tmp_path: Path) -
     assert moved != before  # the worlds do answer differently (else the check above is empty)
     same, _ = outcomes(slower, ws, "t_slower")
     assert same == len(fresh)
+
+
+def test_passes_below_the_fresh_temperature_are_a_config_error() -> None:
+    """A low temperature nearly replays the greedy answer (docs/decision-low-temperature.md):
+    repeated passes are refused below ``gate_fresh_temperature`` unless the user lowers it."""
+    with pytest.raises(TrmError, match=r"gate_passes: 3 at agent temperature 0\.3, below"):
+        tiny_config("agent_temperature=0.3", "gate_passes=3")
+    ok = tiny_config("agent_temperature=0.3", "gate_passes=3", "gate_fresh_temperature=0.2")
+    assert ok.independent_draws() and ok.fresh_draws()
+    low = tiny_config("agent_temperature=0.3", "gate_passes=1")
+    assert not low.independent_draws() and low.fresh_draws()
+    assert tiny_config().independent_draws()  # the default world (temperature 1) keeps passes
+
+
+def test_a_low_temperature_gets_one_uniform_pass_and_reuses_nothing(tmp_path: Path) -> None:
+    """Between 0 and ``gate_fresh_temperature`` the gate takes the temperature-0 plan (one pass
+    over the pool, uniform order: each question one pair, whatever two draws of it share), but
+    reuses no earlier rollout: at T > 0 a rollout is a new sample. With the simulator's
+    ``temperature_scale`` two draws of one prompt at T = 0.05 agree far more often than fresh
+    draws — the replays that repeated passes would count as evidence."""
+    cfg = tiny_config("agent_temperature=0.05", "gate_passes=1", "sim.temperature_scale=0.5")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        tt = _biggest(ctx)
+        req = _request(ctx, tt)
+        qs = [ctx.questions[q] for q in ctx.validation_by_type[tt]]
+        skills, pv = dict(req.baseline_skills), req.prompts_version
+        one = asyncio.run(ctx.rollouts("t_a", qs, skills, pv, kind="x", skills_version=None))
+        two = asyncio.run(ctx.rollouts("t_b", qs, skills, pv, kind="x", skills_version=None))
+        a = {p.question_id: p.outcome for p in one.predictions}
+        b = {p.question_id: p.outcome for p in two.predictions}
+        assert sum(a[q] != b[q] for q in a) <= 1  # near-replays (fresh draws: ~40% disagree)
+        assert gate_passes(ctx, tt) == 1
+        plan = SequentialGate().plan(ctx, req)
+        assert plan.order == "uniform (below gate_fresh_temperature)"
+        assert {rep for _, rep in plan.positions} == {0}
+        assert sorted(q for q, _ in plan.positions) == sorted(req.pool_qids)
+        assert plan.known is None
+        assert deterministic_baseline(ctx, req) == {}  # rolled out, never served from t_a/t_b
