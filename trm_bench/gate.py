@@ -260,6 +260,45 @@ WORST_CASE_ROWS: tuple[tuple[str, int, int, bool, float, float], ...] = (
 )
 
 
+# A low temperature (docs/decision-low-temperature.md): each arm's text fixes a per-question
+# latent part, each pass adds a fresh part; two passes of one prompt share correlation r (the
+# simulator's exp(−(T/τ)²)). Appended after the rows above so their random stream is unchanged.
+LOW_TEMPERATURE_ROWS: tuple[tuple[str, int, int, float], ...] = (
+    # (label, pool N, passes, r)
+    (
+        "low temperature (r = 0.5), N = 50, 3 passes (the plan before gate_fresh_temperature)",
+        50,
+        3,
+        0.5,
+    ),
+    (
+        "low temperature (r = 0.9), N = 50, 3 passes (the plan before gate_fresh_temperature)",
+        50,
+        3,
+        0.9,
+    ),
+    (
+        "low temperature (r = 0.9), N = 50, 1 uniform pass (below gate_fresh_temperature)",
+        50,
+        1,
+        0.9,
+    ),
+)
+
+
+def _row(label: str, alpha: float, replicates: int, accepts: int) -> dict[str, Any]:
+    rate = accepts / replicates
+    se = math.sqrt(max(rate * (1 - rate), 1e-12) / replicates)
+    return {
+        "setting": label,
+        "alpha": alpha,
+        "replicates": replicates,
+        "false_accept_rate": round(rate, 4),
+        "se": round(se, 4),
+        "within_alpha_2se": rate <= alpha + 2 * math.sqrt(alpha * (1 - alpha) / replicates),
+    }
+
+
 def worst_case_table(replicates: int, seed: int) -> list[dict[str, Any]]:
     """Every question at p_B = p_C = ½ (ψ = ½, the least favourable null), blocks of 10, hybrid.
 
@@ -283,18 +322,22 @@ def worst_case_table(replicates: int, seed: int) -> list[dict[str, Any]]:
             }
             accepted, _ = run_gate(plan, dict(base), dict(cand), params)
             accepts += accepted
-        rate = accepts / replicates
-        se = math.sqrt(max(rate * (1 - rate), 1e-12) / replicates)
-        rows.append(
-            {
-                "setting": label,
-                "alpha": alpha,
-                "replicates": replicates,
-                "false_accept_rate": round(rate, 4),
-                "se": round(se, 4),
-                "within_alpha_2se": rate <= alpha + 2 * math.sqrt(alpha * (1 - alpha) / replicates),
-            }
-        )
+        rows.append(_row(label, alpha, replicates, accepts))
+    params = GateParams(mode="hybrid", alpha=0.05, alpha_early=0.01, block=10)
+    for label, n, passes, r in LOW_TEMPERATURE_ROWS:
+        plan = gate_plan([f"q{i}" for i in range(n)], passes, params.block)
+        accepts = 0
+        for _ in range(replicates):
+            # per arm: the text's fixed part (independent between arms: every question's answer
+            # moves under the edit, the least favourable null) plus a fresh part per pass
+            fixed = rng.standard_normal((2, 1, n))
+            latent = math.sqrt(r) * fixed + math.sqrt(1 - r) * rng.standard_normal((2, passes, n))
+            b, c = latent[0] < 0.0, latent[1] < 0.0  # p = ½ for every question and arm
+            base = {(f"q{i}", k): bool(b[k, i]) for i in range(n) for k in range(passes)}
+            cand = {(f"q{i}", k): bool(c[k, i]) for i in range(n) for k in range(passes)}
+            accepted, _ = run_gate(plan, base, cand, params)
+            accepts += accepted
+        rows.append(_row(label, params.alpha, replicates, accepts))
     return rows
 
 

@@ -121,7 +121,7 @@ def _cold_ladder_gate(n: int, reps: int, *, reuse_ladder_draw: bool, seed: int) 
         b_src = draw if reuse_ladder_draw else fresh_b
         base = {q: bool(b_src[idx[q]]) for q in plan}
         cand = {q: bool(cand_draw[idx[q]]) for q in plan}
-        accepts += run_gate(plan, base, cand, params)  # type: ignore[arg-type]
+        accepts += run_gate(plan, base, cand, params)  # type: ignore[arg-type]  # (q, pass) keys
     return accepts / reps
 
 
@@ -133,3 +133,35 @@ def test_reusing_the_ladder_draw_inflates_false_accepts() -> None:
     fresh = _cold_ladder_gate(150, reps, reuse_ladder_draw=False, seed=3)
     assert leaky > 0.20
     assert fresh <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps)
+
+
+# ------------------------------------------------------------------ a low temperature
+
+
+def _near_replay_rate(r: float, passes: int, replicates: int, seed: int) -> float:
+    """Least favourable null at a low temperature (docs/decision-low-temperature.md): every
+    question at p = ½ on both arms, each arm's text fixing a per-question latent part that two
+    draws of one prompt share with correlation ``r``; ``passes`` passes over N = 50."""
+    rng = np.random.default_rng(seed)
+    params = GateParams(mode="hybrid", block=10)
+    plan = gate_plan([f"q{i}" for i in range(50)], passes, params.block)
+    accepts = 0
+    for _ in range(replicates):
+        fixed = rng.standard_normal((2, 1, 50))
+        latent = math.sqrt(r) * fixed + math.sqrt(1 - r) * rng.standard_normal((2, passes, 50))
+        b, c = latent[0] < 0.0, latent[1] < 0.0
+        base = {(f"q{i}", k): bool(b[k, i]) for i in range(50) for k in range(passes)}
+        cand = {(f"q{i}", k): bool(c[k, i]) for i in range(50) for k in range(passes)}
+        accepts += run_gate(plan, base, cand, params)  # type: ignore[arg-type]  # (q, pass) keys
+    return accepts / replicates
+
+
+def test_near_replayed_passes_break_alpha_and_one_pass_does_not() -> None:
+    """Why ``gate_fresh_temperature`` exists: at latent correlation r = 0.9 between two draws of
+    one prompt (the simulator's exp(−(T/τ)²) at T = 0.16, τ = 0.5) three passes count near-replays
+    as evidence and accept a worst-case null far above α; the plan below the threshold (one
+    uniform pass) stays within α + 3 SE."""
+    reps = 1500
+    bound = 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps)
+    assert _near_replay_rate(0.9, 3, reps, seed=5) > bound + 0.03
+    assert _near_replay_rate(0.9, 1, reps, seed=6) <= bound
