@@ -53,6 +53,7 @@ class BudgetEstimate:
     d_max: dict[str, int]
     unreachable: tuple[str, ...]
     warnings: tuple[str, ...] = field(default=())
+    gate_plan: str = ""  # what a gate visits at this decoding (gate_plan_line)
 
     @property
     def total_max(self) -> int:
@@ -103,6 +104,32 @@ def accept_reachable(cfg: RunConfig, d_max: int) -> bool:
     return False
 
 
+def gate_plan_line(cfg: RunConfig) -> str:
+    """What a gate of this configuration visits, and why (the decoding decides: gate.py)."""
+    t = cfg.effective_agent_temperature()
+    if cfg.gate_policy != "ce_gate":
+        return f"{cfg.gate_policy} (agent temperature {t:g})"
+    if t <= 0:
+        extra = " and never-shown diagnosis questions" if cfg.gate_pool != "validation" else ""
+        return (
+            f"one pass over the validation pool{extra} in a seeded uniform order (agent "
+            "temperature 0: a second pass would replay the same answers; baselines an earlier "
+            "rollout of the same prompt gave are reused)"
+        )
+    if not cfg.independent_draws():
+        return (
+            f"one pass over the validation pool in a seeded uniform order (agent temperature "
+            f"{t:g} < gate_fresh_temperature {cfg.gate_fresh_temperature:g}: a low temperature "
+            "nearly replays the same answer, so passes would not be independent)"
+        )
+    passes = (
+        f"{cfg.gate_passes} pass(es)"
+        if cfg.gate_passes is not None
+        else "3 passes for pools under 60, else 1"
+    )
+    return f"the information ladder, {passes} (agent temperature {t:g}: independent draws)"
+
+
 def estimate(cfg: RunConfig, questions: tuple[Question, ...], pools: Pools) -> BudgetEstimate:
     """The dry-run estimate (see the module docstring)."""
     task = {q.question_id: q.task_type for q in questions}
@@ -143,8 +170,8 @@ def estimate(cfg: RunConfig, questions: tuple[Question, ...], pools: Pools) -> B
     if d_max and len(unreachable) == len(d_max):
         warnings.append(
             "no gate of this configuration can ever ACCEPT (gates still reject; d_max per type "
-            f"{d_max}): raise val_size, gate_passes (with fresh draws) or gate_max_blocks, or "
-            "gate_alpha"
+            f"{d_max}): raise val_size, gate_passes (with independent draws) or "
+            "gate_max_blocks, or gate_alpha"
         )
     elif unreachable:
         warnings.append(
@@ -159,6 +186,7 @@ def estimate(cfg: RunConfig, questions: tuple[Question, ...], pools: Pools) -> B
         d_max=d_max,
         unreachable=unreachable,
         warnings=tuple(warnings),
+        gate_plan=gate_plan_line(cfg),
     )
 
 
@@ -224,5 +252,7 @@ def format_estimate(e: BudgetEstimate) -> str:
         f"  final test evaluation                  {e.final:>8}",
         f"  whole run, {e.epochs} epoch(s) (max)          {e.total_max:>8}",
     ]
+    if e.gate_plan:
+        lines.append(f"  a gate visits: {e.gate_plan}")
     lines += [f"warning: {w}" for w in e.warnings]
     return "\n".join(lines)

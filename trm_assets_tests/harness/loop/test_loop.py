@@ -62,6 +62,7 @@ import json
 import shutil
 import time
 import warnings
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -646,6 +647,30 @@ def test_dry_run_warns_when_no_gate_can_accept() -> None:
     assert est.unreachable and any("can ever ACCEPT (gates still reject" in w for w in est.warnings)
     ok = estimate(tiny_config(), ds.questions, build_pools(tiny_config(), ds.questions))
     assert ok.per_epoch.step_rollouts == 24 and ok.per_epoch.r == 24
+
+
+def test_dry_run_says_what_a_gate_visits_at_each_decoding() -> None:
+    """The estimate's gate maximum is the plan the decoding gives (gate.SequentialGate): three
+    passes with independent draws, one pass at temperature 0 and below gate_fresh_temperature."""
+    ds = load_dataset(tiny_config(), with_trees=False)
+    cases = {
+        ("agent_temperature=1", "gate_passes=3"): ("the information ladder, 3 pass(es)", 3),
+        ("agent_temperature=0.3", "gate_passes=null"): ("< gate_fresh_temperature 1:", 1),
+        ("agent_temperature=1", "gate_passes=null"): ("3 passes for pools under 60", 3),
+        ("agent_temperature=0", "gate_passes=1"): ("(agent temperature 0: a second pass", 1),
+        (
+            "agent_temperature=0.3",
+            "gate_passes=3",
+            "gate_fresh_temperature=0.3",
+        ): ("the information ladder, 3 pass(es) (agent temperature 0.3: independent", 3),
+    }
+    for overrides, (says, passes) in cases.items():
+        cfg = tiny_config(*overrides, "gate_block=1")
+        pools = build_pools(cfg, ds.questions)
+        est = estimate(cfg, ds.questions, pools)
+        assert says in est.gate_plan, (overrides, est.gate_plan)
+        by_type = Counter(ds.by_id()[q].task_type for q in pools.validation)
+        assert est.d_max == {t: n * passes for t, n in sorted(by_type.items())}, overrides
 
 
 def test_providers_openai_needs_a_base_url() -> None:
