@@ -283,6 +283,12 @@ LOW_TEMPERATURE_ROWS: tuple[tuple[str, int, int, float], ...] = (
         1,
         0.9,
     ),
+    (
+        "low temperature (r = 0.25, INDEPENDENT_MAX_CORRELATION), N = 50, 3 passes",
+        50,
+        3,
+        0.25,
+    ),
 )
 
 

@@ -601,6 +601,8 @@ def cli(
         "sim_profile": base_cfg.sim.profile,
         "agent_temperature": base_cfg.effective_agent_temperature(),
         "gate_passes": base_cfg.gate_passes,
+        "gate_fresh_temperature": base_cfg.gate_fresh_temperature,
+        "sim_temperature_scale": base_cfg.sim.temperature_scale,
     }
     if not aa and not sweep:
         chosen = tuple(p.strip() for p in compared.split(",") if p.strip())

@@ -96,6 +96,14 @@ _WORLD = click.option(
 )
 
 
+def served_model_name(config: SimConfig) -> str:
+    """The default served name with the world's hash: named after the answers it gives
+    (:func:`answer_world`), so two servers of one world at other latencies or fault rates share
+    a name (and the temperature-0 reuse key), and two worlds never do."""
+    world_json = json.dumps(answer_world(config), sort_keys=True, separators=(",", ":"))
+    return f"{DEFAULT_SERVED_MODEL}-{hashlib.sha256(world_json.encode()).hexdigest()[:8]}"
+
+
 def _sim_config(world: tuple[str, ...], reserved: dict[str, str], **keys: float | int) -> SimConfig:
     """``--sim`` items plus the command's own options; a bad key or value is a usage error."""
     from pydantic import ValidationError
@@ -188,7 +196,7 @@ def serve(
         fault_malformed_rate=fault_malformed_rate,
     )
     if world and model == DEFAULT_SERVED_MODEL:  # another world is another model: another name
-        model = f"{model}-{hashlib.sha256(config.model_dump_json().encode()).hexdigest()[:8]}"
+        model = served_model_name(config)
     truth = load_world(data_dir)
     provider = SimulatedProvider(truth, config, model=model, inject_faults=False)
     server = SimServer(

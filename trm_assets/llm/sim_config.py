@@ -31,6 +31,7 @@ category. The values were fixed by issue 15 before any result; benchmarks may sw
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Final, Literal, get_args
 
@@ -188,6 +189,22 @@ class SimConfig(NoBoolNumbers):
         if self.diagnose_system_prob + self.diagnose_tool_prob > 1.0 + 1e-9:
             raise ValueError("diagnose_system_prob + diagnose_tool_prob must be <= 1")
         return self
+
+
+#: The largest latent correlation between two draws of one prompt at which three gate passes keep
+#: the least favourable null within α (`trm bench gate --worst-case`: 3 passes, N = 50, r = 0.25
+#: → ≈ 4.8%; r = 0.5 → 6.2%). A simulated world whose draws at the agent temperature correlate
+#: more is refused where the gate would count them as independent (RunConfig's cross-field check).
+INDEPENDENT_MAX_CORRELATION: Final = 0.25
+
+
+def latent_correlation(temperature_scale: float, temperature: float) -> float:
+    """r(T) of ``sim.temperature_scale`` τ: 1 at T ≤ 0, ``exp(−(T/τ)²)`` above, 0 with τ = 0."""
+    if temperature <= 0.0:
+        return 1.0
+    if temperature_scale <= 0.0 or temperature > 40.0 * temperature_scale:
+        return 0.0  # exp(−1600) is 0 in floating point; the ratio itself may overflow
+    return math.exp(-((temperature / temperature_scale) ** 2))
 
 
 #: SimConfig fields that never change an agent rollout's answer (timing, infrastructure faults,

@@ -37,7 +37,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from trm_assets.domain.errors import TrmError
 from trm_assets.llm.providers import ProviderSpec
-from trm_assets.llm.sim_config import NoBoolNumbers, SimConfig
+from trm_assets.llm.sim_config import (
+    INDEPENDENT_MAX_CORRELATION,
+    NoBoolNumbers,
+    SimConfig,
+    latent_correlation,
+)
 
 ENV_PREFIX = "TRM_"
 # Environment variables with the TRM_ prefix that belong to Settings, not to RunConfig.
@@ -125,7 +130,7 @@ class RunConfig(NoBoolNumbers):
         "validation",
         "validation | validation+diagnosis (temperature 0: the gate also visits the type's "
         "diagnosis-pool questions no step batch has rolled out, known baselines first; "
-        "with fresh draws only the validation ladder is visited)",
+        "above temperature 0 only the validation pool is visited)",
     )
     gate_screen: bool = _field(
         False,
@@ -362,18 +367,25 @@ def _decoding_checks(v: Mapping[str, Any]) -> list[_Check]:
     """Gate options that are invalid or do nothing at the agent temperature (issue 15 B); the
     temperature of raw values follows :meth:`RunConfig.effective_agent_temperature`."""
 
-    def temperature() -> float:
+    def sim_config() -> SimConfig:
         sim = v.get("sim")
         if not isinstance(sim, SimConfig):
             try:  # raw values: the section as given (the profile fills the rest), or the default
                 sim = SimConfig.model_validate(sim if isinstance(sim, Mapping) else {})
             except ValidationError as e:  # the sim section's own errors say what is wrong
                 raise TypeError from e
-        return agent_temperature_of(v["agent_temperature"], v["llm_provider"], sim)
+        return sim
+
+    def temperature() -> float:
+        return agent_temperature_of(v["agent_temperature"], v["llm_provider"], sim_config())
+
+    def correlation() -> float:
+        """What two simulated draws of one prompt share at the agent temperature."""
+        return latent_correlation(sim_config().temperature_scale, temperature())
 
     return [
         (
-            ("gate_passes", "agent_temperature", "sim", "llm_provider"),
+            ("gate_passes", "gate_fresh_temperature", "agent_temperature", "sim", "llm_provider"),
             lambda: temperature() == 0 and v["gate_passes"] is not None and v["gate_passes"] > 1,
             lambda: (
                 f"gate_passes: {v['gate_passes']} replays identical pairs at agent temperature "
@@ -400,6 +412,24 @@ def _decoding_checks(v: Mapping[str, Any]) -> list[_Check]:
             ),
         ),
         (
+            ("gate_policy", "gate_fresh_temperature", "agent_temperature", "sim", "llm_provider"),
+            lambda: (
+                v["llm_provider"] == "sim"
+                and v["gate_policy"] == "ce_gate"
+                and 0 < v["gate_fresh_temperature"] <= temperature()
+                and correlation() > INDEPENDENT_MAX_CORRELATION
+            ),
+            lambda: (
+                f"sim.temperature_scale: {sim_config().temperature_scale} makes two simulated "
+                f"draws of one prompt at agent temperature {temperature()} share a latent "
+                f"correlation of {correlation():.2f} (> {INDEPENDENT_MAX_CORRELATION}), yet the "
+                f"gate counts them as independent there (temperature >= gate_fresh_temperature "
+                f"{v['gate_fresh_temperature']}: repeated passes, the ladder's order); raise "
+                f"gate_fresh_temperature above {temperature()}, or use sim.temperature_scale <= "
+                f"{temperature() / math.sqrt(-math.log(INDEPENDENT_MAX_CORRELATION)):.3g}"
+            ),
+        ),
+        (
             ("gate_screen", "gate_pool", "agent_temperature", "sim", "llm_provider"),
             lambda: (
                 bool(v["gate_screen"])
@@ -418,7 +448,7 @@ def _decoding_checks(v: Mapping[str, Any]) -> list[_Check]:
             lambda: (
                 "gate_pool: validation+diagnosis adds never-shown diagnosis questions to a "
                 f"temperature-0 plan; at agent temperature {temperature()} only the validation "
-                "ladder is visited, so it would do nothing: use gate_pool: validation, or "
+                "pool is visited, so it would do nothing: use gate_pool: validation, or "
                 "agent_temperature: 0"
             ),
         ),

@@ -227,7 +227,8 @@ class SequentialGate:
     def plan(self, ctx: LoopContext, req: GateRequest) -> GatePlan:
         cfg = ctx.cfg
         if not cfg.independent_draws():  # GATE §6.3 R5: deterministic (or nearly) decoding
-            extra = _never_shown(ctx, req.extra_qids)
+            # diagnosis questions join a temperature-0 plan only (config: gate_pool)
+            extra = () if cfg.fresh_draws() else _never_shown(ctx, req.extra_qids)
             order = _uniform(ctx, req, (*req.pool_qids, *extra), "temperature0")
             if extra:
                 # questions whose baseline is already known first (they cost the candidate arm

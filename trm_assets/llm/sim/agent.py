@@ -139,6 +139,7 @@ def agent_draw(
     relevant = digest(*norms)
     # The hash keys of a draw: issue 4's (text, sample) above 0; the text alone at 0.
     keys: tuple[object, ...] = (relevant, sample)
+    correlated = False
     if is_greedy(config, temperature):
         keys = ("greedy", relevant)
         u = unit(config.seed, "agent-greedy", question_id)
@@ -147,13 +148,18 @@ def agent_draw(
         r = draw_correlation(config, temperature)
         if r > 0.0:  # sim.temperature_scale: a low temperature leans on the greedy draw
             u = correlated_unit(unit(config.seed, "agent-greedy", question_id), u, r)
+            correlated = True
     if q is None:  # a question the world does not know: a pure guess
+        if correlated:  # the letter, too, nearly replays at a low temperature
+            return LETTERS[min(3, int(4 * u))], False, config.guess
         letter = LETTERS[below(4, config.seed, "guess", question_id, *keys)]
         return letter, False, config.guess
     p = question_probability(world, question_id, texts, config)
     if u < p:
         return q.answer, True, p
     wrong = [x for x in LETTERS if x != q.answer]
+    if correlated:  # u is uniform on [p, 1) here: its position picks the wrong letter
+        return wrong[min(2, int(3 * (u - p) / (1.0 - p)))], False, p
     return wrong[below(3, config.seed, "wrong", question_id, *keys)], False, p
 
 

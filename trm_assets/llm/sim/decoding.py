@@ -42,7 +42,7 @@ from typing import Final
 from trm_assets.domain.errors import TrmError
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, skill_file_name
 from trm_assets.llm.sim.draws import digest, normal, normalize_text
-from trm_assets.llm.sim_config import SimConfig
+from trm_assets.llm.sim_config import SimConfig, latent_correlation
 
 #: The committed seed prompt set (``prompts/``): the reference length of ``length_cost``.
 SEED_PROMPTS_DIR: Final = Path(__file__).resolve().parents[3] / "prompts"
@@ -69,12 +69,7 @@ def is_greedy(config: SimConfig, temperature: float | None) -> bool:
 def draw_correlation(config: SimConfig, temperature: float | None) -> float:
     """r(T): the latent correlation of a draw at temperature T with the greedy draw: 1 at 0;
     ``exp(−(T/τ)²)`` above 0 with ``temperature_scale`` τ > 0; 0 (issue 4's draw) with τ = 0."""
-    t = resolve_temperature(config, temperature)
-    if t <= 0.0:
-        return 1.0
-    if config.temperature_scale <= 0.0:
-        return 0.0
-    return math.exp(-((t / config.temperature_scale) ** 2))
+    return latent_correlation(config.temperature_scale, resolve_temperature(config, temperature))
 
 
 _U_EDGE = 1e-15  # Φ⁻¹ needs 0 < u < 1; hash uniforms are in [0, 1)

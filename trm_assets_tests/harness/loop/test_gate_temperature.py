@@ -380,3 +380,14 @@ def test_a_low_temperature_gets_one_uniform_pass_and_reuses_nothing(tmp_path: Pa
         assert sorted(q for q, _ in plan.positions) == sorted(req.pool_qids)
         assert plan.known is None
         assert deterministic_baseline(ctx, req) == {}  # rolled out, never served from t_a/t_b
+
+
+def test_a_simulated_world_too_correlated_for_passes_is_a_config_error() -> None:
+    """Review: ``sim.temperature_scale: 2`` at temperature 1 gives two draws of one prompt a
+    latent correlation of 0.78, where three passes accept the least favourable null at ≈ 9.5%;
+    the gate must not count them as independent."""
+    with pytest.raises(TrmError, match=r"correlation of 0\.78 \(> 0\.25\)"):
+        tiny_config("sim.temperature_scale=2")
+    assert tiny_config("sim.temperature_scale=0.8").independent_draws()  # r(1) = 0.21
+    raised = tiny_config("sim.temperature_scale=2", "gate_fresh_temperature=1.5", "gate_passes=1")
+    assert not raised.independent_draws()  # the one-pass plan: valid at any correlation

@@ -456,11 +456,34 @@ def test_a_zero_temperature_scale_keeps_issue_4_draws_and_the_greedy_draw_at_zer
     scaled = SimConfig(temperature_scale=0.5)
     for qid in qids:
         t = texts[world.questions[qid].task_type]
-        # τ = 0 (the default): the fresh draw of issue 4; τ > 0 changes nothing at temperature 0.
-        assert agent_draw(world, SimConfig(), qid, t, 3) == agent_draw(
-            world, SimConfig(temperature_scale=0.0), qid, t, 3
-        )
+        # τ > 0 changes nothing at temperature 0 (τ = 0 is issue 4's draw: the bit-for-bit test)
         assert agent_draw(world, scaled, qid, t, 3, temperature=0.0) == agent_draw(
             world, SimConfig(), qid, t, 3, temperature=0.0
         )
     assert correlated_unit(0.3, 0.8, 0.0) == 0.8 and correlated_unit(0.3, 0.8, 1.0) == 0.3
+
+
+def test_a_low_temperature_replays_the_letter_too(
+    default_world: SimWorld, seed_skills: dict[str, str]
+) -> None:
+    """Review: the wrong letter was still keyed on the sample index, so two wrong draws at a low
+    temperature named different letters as often as fresh draws (66%). The letter now comes from
+    the correlated uniform itself (at τ = 0 it is still the hash of issue 4)."""
+    world = default_world
+    config = SimConfig(agent_temperature=0.05, temperature_scale=0.5)
+    texts = {tt: active_texts(tt, seed_skills, **ORACLE_KW) for tt in world.task_types}
+    both_wrong = differ = 0
+    for qid in world.question_ids()[:1000]:
+        t = texts[world.questions[qid].task_type]
+        a, b = agent_draw(world, config, qid, t, 11), agent_draw(world, config, qid, t, 12)
+        if not a[1] and not b[1]:
+            both_wrong += 1
+            differ += a[0] != b[0]
+    # fresh draws: 2/3; here 15% (three letters put two more boundaries in u's range than
+    # right / wrong does, and at r = 0.99 a draw moves u by ≈ 0.03)
+    assert both_wrong > 300 and differ / both_wrong < 0.25, (differ, both_wrong)
+    # an unknown question's guess, too
+    guesses = [
+        agent_draw(world, config, f"unknown-{i}", [], s)[0] for i in range(50) for s in (1, 2)
+    ]
+    assert sum(a != b for a, b in zip(guesses[::2], guesses[1::2], strict=True)) <= 10  # fresh: 37

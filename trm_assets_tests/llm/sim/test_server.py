@@ -17,6 +17,7 @@ import pytest
 
 from trm_assets.agent.messages import load_agent_prompts
 from trm_assets.agent.tools import tool_specs
+from trm_assets.cli.sim import served_model_name
 from trm_assets.llm.protocol import InfraError
 from trm_assets.llm.sim.provider import SimulatedProvider
 from trm_assets.llm.sim.server import ServeOptions, SimServer
@@ -159,6 +160,8 @@ def test_sim_serve_command_answers_plain_http(tmp_path: object) -> None:
         # another world is served under another name (its reuse key differs)
         served = models["data"][0]["id"]
         assert served.startswith("sim-videomme-1-") and len(served) == len("sim-videomme-1-") + 8
+        world = SimConfig(profile="realistic", length_cost=0.2)
+        assert served == served_model_name(world)
         body = json.dumps({"model": served, "messages": [{"role": "user", "content": "hello"}]})
         req = urllib.request.Request(
             f"{base}/chat/completions",
@@ -180,3 +183,19 @@ def test_sim_serve_command_answers_plain_http(tmp_path: object) -> None:
     # the served world is the one asked for (a profile, and a key over it)
     assert "profile realistic, temperature 0 when a request names none" in out
     assert "text flips 0.15, length cost 0.2" in out
+
+
+def test_the_served_name_follows_the_answers_not_the_timing() -> None:
+    """Two servers of one world at other latencies or fault rates give the same answers, so they
+    share a name (and the temperature-0 reuse key); a knob that moves an answer changes it."""
+    world = SimConfig(profile="realistic")
+    slow = SimConfig(profile="realistic", latency_ms_mean=50, fault_timeout_rate=0.1)
+    assert served_model_name(world) == served_model_name(slow)
+    for other in (
+        SimConfig(profile="realistic", length_cost=0.2),
+        SimConfig(profile="realistic", temperature_scale=0.5),
+        SimConfig(),
+    ):
+        assert served_model_name(other) != served_model_name(world)
+    # temperature_scale at 0 names the world it always named (the identity before the knob)
+    assert served_model_name(SimConfig(temperature_scale=0.0)) == served_model_name(SimConfig())
