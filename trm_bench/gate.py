@@ -339,9 +339,9 @@ def worst_case_table(replicates: int, seed: int) -> list[dict[str, Any]]:
             fixed = rng.standard_normal((2, 1, n))
             latent = math.sqrt(r) * fixed + math.sqrt(1 - r) * rng.standard_normal((2, passes, n))
             b, c = latent[0] < 0.0, latent[1] < 0.0  # p = ½ for every question and arm
-            base = {(f"q{i}", k): bool(b[k, i]) for i in range(n) for k in range(passes)}
-            cand = {(f"q{i}", k): bool(c[k, i]) for i in range(n) for k in range(passes)}
-            accepted, _ = run_gate(plan, base, cand, params)
+            arm_b = {(f"q{i}", k): bool(b[k, i]) for i in range(n) for k in range(passes)}
+            arm_c = {(f"q{i}", k): bool(c[k, i]) for i in range(n) for k in range(passes)}
+            accepted, _ = run_gate(plan, dict(arm_b), dict(arm_c), params)
             accepts += accepted
         rows.append(_row(label, params.alpha, replicates, accepts))
     return rows
