@@ -39,6 +39,7 @@ from trm_assets.domain.errors import TrmError
 from trm_assets.llm.providers import ProviderSpec
 from trm_assets.llm.sim_config import (
     INDEPENDENT_MAX_CORRELATION,
+    PROFILES,
     NoBoolNumbers,
     SimConfig,
     latent_correlation,
@@ -710,5 +711,22 @@ def load_config(
 
 
 def config_to_yaml(config: RunConfig) -> str:
-    """The resolved config as YAML (no secrets live in RunConfig)."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    """The resolved config as YAML (no secrets live in RunConfig).
+
+    The ``sim`` keys whose value is the profile's own are written as comments under the section
+    (``# text_flip_rate: 0.15``): the dump shows every resolved value, and loading it back — or
+    loading it with another ``sim.profile`` — lets those keys follow the profile, as the
+    original config did. Written as keys, they would pin the old profile's values and make the
+    new profile a mere label. Loading the dump gives the same config (tested)."""
+    data = config.model_dump(mode="json")
+    sim = data.pop("sim")
+    profile = config.sim.profile
+    own = PROFILES.get(profile, {})
+    followed = {k: sim[k] for k in own if k in sim and sim[k] == own[k]}
+    pinned = {k: v for k, v in sim.items() if k not in followed}
+    out = yaml.safe_dump(data, sort_keys=False) + yaml.safe_dump({"sim": pinned}, sort_keys=False)
+    if followed:
+        out += f"  # from sim.profile {profile} (they follow the profile; write a key to pin it):\n"
+        listed = yaml.safe_dump(followed, sort_keys=False, default_flow_style=None)
+        out += "".join(f"  # {line}\n" for line in listed.splitlines())
+    return out

@@ -12,11 +12,13 @@ from trm_assets.harness.data.config import (
     ConfigError,
     RunConfig,
     check_against_data,
+    config_to_yaml,
     load_config,
     parse_set_overrides,
     read_yaml_config,
 )
 from trm_assets.llm.settings import Settings
+from trm_assets.llm.sim_config import PROFILES
 
 
 def _yaml(tmp_path: Path, text: str) -> Path:
@@ -271,3 +273,27 @@ def test_a_layer_setting_another_key_of_the_section_is_not_blamed(tmp_path: Path
         assert "[from" not in line
     with pytest.raises(ConfigError, match=r"sim: .* \[from --set\]"):
         load_config(path, ["sim=5"], environ={}, dotenv_path=None)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [(), ("sim.profile=realistic",), ("sim.profile=realistic", "sim.text_flip_rate=0.2")],
+)
+def test_a_dumped_config_loads_back_and_follows_a_new_profile(
+    tmp_path: Path, overrides: tuple[str, ...]
+) -> None:
+    """``trm config show > f.yaml`` (and a workspace's config.yaml) loads back to the same
+    config; switched to another profile, the profile's keys follow it while a key the user set
+    stays pinned (before, every profile value was written as a key: the new profile was only a
+    label — realistic's flip rate and temperature kept under ``profile: default``)."""
+    cfg = load_config(None, overrides, environ={}, dotenv_path=None)
+    dump = tmp_path / "dump.yaml"
+    dump.write_text(config_to_yaml(cfg), encoding="utf-8")
+    assert load_config(dump, (), environ={}, dotenv_path=None) == cfg
+    other = "default" if cfg.sim.profile == "realistic" else "realistic"
+    moved = load_config(dump, (f"sim.profile={other}",), environ={}, dotenv_path=None)
+    expected = load_config(None, (*overrides, f"sim.profile={other}"), environ={}, dotenv_path=None)
+    assert moved == expected
+    assert moved.sim.text_flip_rate == (
+        0.2 if "sim.text_flip_rate=0.2" in overrides else PROFILES[other]["text_flip_rate"]
+    )
