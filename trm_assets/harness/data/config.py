@@ -213,8 +213,20 @@ class RunConfig(NoBoolNumbers):
         return self
 
     def fingerprint(self) -> str:
-        """Hash of the decision-relevant fields (resume guard: a change warns)."""
-        return _hash(self.model_dump(mode="json", exclude=set(NON_DECISION_FIELDS)))
+        """Hash of the decision-relevant fields (resume guard: a change warns).
+
+        A key added later is left out where its value decides nothing, so a checkpoint written
+        before it resumes without a spurious drift warning: ``gate_fresh_temperature`` outside
+        0 < T < it (the gate's plan is the one it always was), ``sim.temperature_scale`` at 0
+        (issue 4's fresh draws). A run at 0 < T < ``gate_fresh_temperature``, whose plan did
+        change, is warned."""
+        data = self.model_dump(mode="json", exclude=set(NON_DECISION_FIELDS))
+        t = self.effective_agent_temperature()
+        if not 0 < t < self.gate_fresh_temperature:
+            del data["gate_fresh_temperature"]
+        if not self.sim.temperature_scale:
+            del data["sim"]["temperature_scale"]
+        return _hash(data)
 
     def structural_fingerprint(self) -> str:
         """Hash of the fields whose change makes a saved state meaningless (resume refuses)."""

@@ -20,6 +20,8 @@ from trm_assets.harness.data.config import (
 from trm_assets.llm.settings import Settings
 from trm_assets.llm.sim_config import PROFILES
 
+CONFIGS = Path(__file__).resolve().parents[3] / "data" / "configs"
+
 
 def _yaml(tmp_path: Path, text: str) -> Path:
     p = tmp_path / "cfg.yaml"
@@ -297,3 +299,28 @@ def test_a_dumped_config_loads_back_and_follows_a_new_profile(
     assert moved.sim.text_flip_rate == (
         0.2 if "sim.text_flip_rate=0.2" in overrides else PROFILES[other]["text_flip_rate"]
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "overrides", "before", "same"),
+    [
+        # fingerprints computed on 319c11a, before gate_fresh_temperature / sim.temperature_scale
+        ("default.yaml", (), "afd3f96ff252f1da", True),
+        ("smoke.yaml", (), "29c057cf8b666633", True),
+        ("real-model.yaml", (), "79c2bc672171ec5c", True),
+        ("default.yaml", ("sim.profile=realistic",), "d522481c46ee1ae6", True),
+        # 0 < T < gate_fresh_temperature: the gate's plan changed, so the resume warns
+        ("default.yaml", ("agent_temperature=0.5",), "47eb43f560c070a8", False),
+    ],
+)
+def test_a_key_added_later_keeps_unchanged_configs_fingerprint(
+    path: str, overrides: tuple[str, ...], before: str, same: bool
+) -> None:
+    """Review: adding gate_fresh_temperature changed every config's fingerprint, so every old
+    checkpoint resumed with a drift warning naming nothing that had changed."""
+    cfg = load_config(CONFIGS / path, overrides, environ={}, dotenv_path=None)
+    assert (cfg.fingerprint() == before) is same
+    moved = load_config(
+        CONFIGS / path, (*overrides, "sim.temperature_scale=0.3"), environ={}, dotenv_path=None
+    )
+    assert moved.fingerprint() != cfg.fingerprint()  # a knob that decides something counts
