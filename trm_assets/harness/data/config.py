@@ -734,11 +734,24 @@ def config_to_yaml(config: RunConfig) -> str:
     sim = data.pop("sim")
     profile = config.sim.profile
     own = PROFILES.get(profile, {})
-    followed = {k: sim[k] for k in own if k in sim and sim[k] == own[k]}
-    pinned = {k: v for k, v in sim.items() if k not in followed}
+    followed: dict[str, Any] = {}
+    pinned: dict[str, Any] = {}
+    for key, value in sim.items():
+        if key not in own:
+            pinned[key] = value
+        elif isinstance(value, dict):  # proposal_mix: the profile merges it per category
+            same = {c: x for c, x in value.items() if own[key].get(c) == x}
+            if same:
+                followed[key] = same
+            if len(same) < len(value):
+                pinned[key] = {c: x for c, x in value.items() if c not in same}
+        elif value == own[key]:
+            followed[key] = value
+        else:
+            pinned[key] = value
     out = yaml.safe_dump(data, sort_keys=False) + yaml.safe_dump({"sim": pinned}, sort_keys=False)
     if followed:
         out += f"  # from sim.profile {profile} (they follow the profile; write a key to pin it):\n"
-        listed = yaml.safe_dump(followed, sort_keys=False, default_flow_style=None)
+        listed = yaml.safe_dump(followed, sort_keys=False, default_flow_style=False)
         out += "".join(f"  # {line}\n" for line in listed.splitlines())
     return out

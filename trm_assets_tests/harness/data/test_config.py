@@ -279,7 +279,13 @@ def test_a_layer_setting_another_key_of_the_section_is_not_blamed(tmp_path: Path
 
 @pytest.mark.parametrize(
     "overrides",
-    [(), ("sim.profile=realistic",), ("sim.profile=realistic", "sim.text_flip_rate=0.2")],
+    [
+        (),
+        ("sim.profile=realistic",),
+        ("sim.profile=realistic", "sim.text_flip_rate=0.2"),
+        # review: a partial proposal_mix override pinned the whole mix
+        ("sim.proposal_mix.harmful=0.15", "sim.proposal_mix.malformed=0.15"),
+    ],
 )
 def test_a_dumped_config_loads_back_and_follows_a_new_profile(
     tmp_path: Path, overrides: tuple[str, ...]
@@ -296,6 +302,13 @@ def test_a_dumped_config_loads_back_and_follows_a_new_profile(
     moved = load_config(dump, (f"sim.profile={other}",), environ={}, dotenv_path=None)
     expected = load_config(None, (*overrides, f"sim.profile={other}"), environ={}, dotenv_path=None)
     assert moved == expected
+    # every commented line is one key (uncommenting a line pins it: still valid YAML)
+    text = config_to_yaml(cfg)
+    comments = [ln for ln in text.splitlines() if ln.startswith("  # ")][1:]
+    assert all(":" in ln and "{" not in ln for ln in comments), comments
+    if comments:
+        pinned = text.replace(comments[0], "  " + comments[0][4:])
+        assert load_config(_yaml(tmp_path, pinned), (), environ={}, dotenv_path=None) == cfg
     assert moved.sim.text_flip_rate == (
         0.2 if "sim.text_flip_rate=0.2" in overrides else PROFILES[other]["text_flip_rate"]
     )
