@@ -336,4 +336,4 @@ def test_a_key_added_later_keeps_unchanged_configs_fingerprint(
     moved = load_config(
         CONFIGS / path, (*overrides, "sim.temperature_scale=0.3"), environ={}, dotenv_path=None
     )
-    assert moved.fingerprint() != cfg.fingerprint()  # a knob that decides something counts
+    assert moved.fingerprint() != cfg.fingerprint()  # τ > 0 is in the world (and reuse) identity
