@@ -331,20 +331,30 @@ def worst_case_table(replicates: int, seed: int) -> list[dict[str, Any]]:
         rows.append(_row(label, alpha, replicates, accepts))
     params = GateParams(mode="hybrid", alpha=0.05, alpha_early=0.01, block=10)
     for label, n, passes, r in LOW_TEMPERATURE_ROWS:
-        plan = gate_plan([f"q{i}" for i in range(n)], passes, params.block)
-        accepts = 0
-        for _ in range(replicates):
-            # per arm: the text's fixed part (independent between arms: every question's answer
-            # moves under the edit, the least favourable null) plus a fresh part per pass
-            fixed = rng.standard_normal((2, 1, n))
-            latent = math.sqrt(r) * fixed + math.sqrt(1 - r) * rng.standard_normal((2, passes, n))
-            b, c = latent[0] < 0.0, latent[1] < 0.0  # p = ½ for every question and arm
-            arm_b = {(f"q{i}", k): bool(b[k, i]) for i in range(n) for k in range(passes)}
-            arm_c = {(f"q{i}", k): bool(c[k, i]) for i in range(n) for k in range(passes)}
-            accepted, _ = run_gate(plan, dict(arm_b), dict(arm_c), params)
-            accepts += accepted
+        accepts = near_replay_accepts(n, passes, r, replicates, rng, params)
         rows.append(_row(label, params.alpha, replicates, accepts))
     return rows
+
+
+def near_replay_accepts(
+    n: int, passes: int, r: float, replicates: int, rng: np.random.Generator, params: GateParams
+) -> int:
+    """Accepts in ``replicates`` gates of ``passes`` passes over ``n`` questions on the least
+    favourable null at a low temperature: every question at p = ½ on both arms, each arm's text
+    fixing a per-question latent part that two draws of one prompt share with correlation ``r``."""
+    plan = gate_plan([f"q{i}" for i in range(n)], passes, params.block)
+    accepts = 0
+    for _ in range(replicates):
+        # per arm: the text's fixed part (independent between arms: every question's answer
+        # moves under the edit, the least favourable null) plus a fresh part per pass
+        fixed = rng.standard_normal((2, 1, n))
+        latent = math.sqrt(r) * fixed + math.sqrt(1 - r) * rng.standard_normal((2, passes, n))
+        b, c = latent[0] < 0.0, latent[1] < 0.0  # p = ½ for every question and arm
+        arm_b = {(f"q{i}", k): bool(b[k, i]) for i in range(n) for k in range(passes)}
+        arm_c = {(f"q{i}", k): bool(c[k, i]) for i in range(n) for k in range(passes)}
+        accepted, _ = run_gate(plan, dict(arm_b), dict(arm_c), params)
+        accepts += accepted
+    return accepts
 
 
 @click.command("gate")

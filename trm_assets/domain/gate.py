@@ -394,9 +394,14 @@ def chunk_plan(plan: Sequence[K], block: int) -> tuple[tuple[K, ...], ...]:
     return tuple(tuple(plan[i : i + block]) for i in range(0, len(plan), block))
 
 
+#: GATE §11: SMALL_POOL_PASSES passes for task-type pools under SMALL_POOL questions, else 1.
+SMALL_POOL: Final = 60
+SMALL_POOL_PASSES: Final = 3
+
+
 def default_passes(pool_size: int) -> int:
     """GATE §11: 3 passes for task-type pools under 60 questions, else 1."""
-    return 3 if pool_size < 60 else 1
+    return SMALL_POOL_PASSES if pool_size < SMALL_POOL else 1
 
 
 # --------------------------------------------------------------------------------------------

@@ -192,9 +192,10 @@ class SimConfig(NoBoolNumbers):
 
 
 #: The largest latent correlation between two draws of one prompt at which three gate passes keep
-#: the least favourable null within α (`trm bench gate --worst-case`: 3 passes, N = 50, r = 0.25
-#: → ≈ 4.8%; r = 0.5 → 6.2%). A simulated world whose draws at the agent temperature correlate
-#: more is refused where the gate would count them as independent (RunConfig's cross-field check).
+#: the least favourable null within α (`trm bench gate --worst-case --replicates 5000`: 3 passes,
+#: N = 50, r = 0.25 → 4.58%; r = 0.5 → 6.66%). A simulated world whose draws at the agent
+#: temperature correlate more is refused where the gate would count them as independent
+#: (RunConfig's cross-field check).
 INDEPENDENT_MAX_CORRELATION: Final = 0.25
 
 
@@ -226,11 +227,16 @@ SIM_NOT_ANSWERS: Final[frozenset[str]] = frozenset(
 assert set(SimConfig.model_fields) >= SIM_NOT_ANSWERS
 
 
-def answer_world(config: SimConfig) -> dict[str, Any]:
-    """The simulated model's identity: every key but :data:`SIM_NOT_ANSWERS`, as JSON values.
+def sim_dump(config: SimConfig, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``config`` as JSON values for an identity (a hash), without ``exclude``.
     ``temperature_scale`` at 0 (fresh draws, the world before the knob existed) is left out, so
     the identities recorded before it keep their value."""
-    out = config.model_dump(mode="json", exclude=set(SIM_NOT_ANSWERS))
+    out = config.model_dump(mode="json", exclude=set(exclude))
     if not config.temperature_scale:
-        del out["temperature_scale"]
+        out.pop("temperature_scale", None)
     return out
+
+
+def answer_world(config: SimConfig) -> dict[str, Any]:
+    """The simulated model's identity: every key but :data:`SIM_NOT_ANSWERS` (:func:`sim_dump`)."""
+    return sim_dump(config, SIM_NOT_ANSWERS)

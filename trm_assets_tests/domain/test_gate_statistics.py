@@ -30,6 +30,7 @@ from trm_assets.domain.gate import (
     pair_block,
 )
 from trm_assets.domain.ladder import LadderParams, ladder_for, new_ladder, update_ladder
+from trm_bench.gate import near_replay_accepts
 
 REPLICATES = 5000
 
@@ -139,21 +140,11 @@ def test_reusing_the_ladder_draw_inflates_false_accepts() -> None:
 
 
 def _near_replay_rate(r: float, passes: int, replicates: int, seed: int) -> float:
-    """Least favourable null at a low temperature (docs/decision-low-temperature.md): every
-    question at p = ½ on both arms, each arm's text fixing a per-question latent part that two
-    draws of one prompt share with correlation ``r``; ``passes`` passes over N = 50."""
-    rng = np.random.default_rng(seed)
+    """Least favourable null at a low temperature (docs/decision-low-temperature.md), N = 50:
+    the bench's own simulation (``trm bench gate --worst-case``), through the real kernel."""
     params = GateParams(mode="hybrid", block=10)
-    plan = gate_plan([f"q{i}" for i in range(50)], passes, params.block)
-    accepts = 0
-    for _ in range(replicates):
-        fixed = rng.standard_normal((2, 1, 50))
-        latent = math.sqrt(r) * fixed + math.sqrt(1 - r) * rng.standard_normal((2, passes, 50))
-        b, c = latent[0] < 0.0, latent[1] < 0.0
-        base = {(f"q{i}", k): bool(b[k, i]) for i in range(50) for k in range(passes)}
-        cand = {(f"q{i}", k): bool(c[k, i]) for i in range(50) for k in range(passes)}
-        accepts += run_gate(plan, base, cand, params)  # type: ignore[arg-type]  # (q, pass) keys
-    return accepts / replicates
+    rng = np.random.default_rng(seed)
+    return near_replay_accepts(50, passes, r, replicates, rng, params) / replicates
 
 
 def test_near_replayed_passes_break_alpha_and_one_pass_does_not() -> None:

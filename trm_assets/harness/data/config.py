@@ -36,6 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trm_assets.domain.errors import TrmError
+from trm_assets.domain.gate import SMALL_POOL, SMALL_POOL_PASSES
 from trm_assets.llm.providers import ProviderSpec
 from trm_assets.llm.sim_config import (
     INDEPENDENT_MAX_CORRELATION,
@@ -43,6 +44,7 @@ from trm_assets.llm.sim_config import (
     NoBoolNumbers,
     SimConfig,
     latent_correlation,
+    sim_dump,
 )
 
 ENV_PREFIX = "TRM_"
@@ -140,7 +142,8 @@ class RunConfig(NoBoolNumbers):
     )
     gate_passes: int | None = _field(
         None,
-        "1..50, or null (1; 3 for pools < 60 with independent draws, gate_fresh_temperature)",
+        f"1..50, or null (1; {SMALL_POOL_PASSES} for pools < {SMALL_POOL} with independent "
+        "draws, gate_fresh_temperature)",
         ge=1,
         le=50,
     )
@@ -224,8 +227,7 @@ class RunConfig(NoBoolNumbers):
         t = self.effective_agent_temperature()
         if not 0 < t < self.gate_fresh_temperature:
             del data["gate_fresh_temperature"]
-        if not self.sim.temperature_scale:
-            del data["sim"]["temperature_scale"]
+        data["sim"] = sim_dump(self.sim)
         return _hash(data)
 
     def structural_fingerprint(self) -> str:

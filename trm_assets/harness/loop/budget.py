@@ -125,7 +125,7 @@ def gate_plan_line(cfg: RunConfig) -> str:
     passes = (
         f"{cfg.gate_passes} pass(es)"
         if cfg.gate_passes is not None
-        else "3 passes for pools under 60, else 1"
+        else f"{kernel.SMALL_POOL_PASSES} passes for pools under {kernel.SMALL_POOL}, else 1"
     )
     return f"the information ladder, {passes} (agent temperature {t:g}: independent draws)"
 
