@@ -230,18 +230,24 @@ def finished(state_path: Path, cfg: RunConfig) -> str | None:
         return None  # training it, or another config's (the resume refuses that, naming why)
     trained = len(state.history)
     reason = state.final.reason if state.final is not None else "completed"
-    if reason == "budget" and not budget_exhausted(state, cfg):
-        raise CheckpointError(
-            f"{state_path}: training stopped at its rollout budget and was finalized (best "
-            f"delivered); `rollout_budget: {cfg.rollout_budget}` leaves room for more, but a "
+
+    def refuse(stopped: str, asks: str, larger: str) -> CheckpointError:
+        return CheckpointError(
+            f"{state_path}: training {stopped} and was finalized (best delivered); {asks}, but a "
             "finalized workspace does not train further. Start a new workspace (`trm init`, or "
-            "`trm promote` the best version and `trm init --from-seed`) with the larger budget"
+            f"`trm promote` the best version and `trm init --from-seed`) with the larger {larger}"
+        )
+
+    if reason == "budget" and not budget_exhausted(state, cfg):
+        raise refuse(
+            "stopped at its rollout budget",
+            f"`rollout_budget: {cfg.rollout_budget}` leaves room for more",
+            "budget",
         )
     if cfg.epochs > trained and reason == "completed":
-        raise CheckpointError(
-            f"{state_path}: training finished after {trained} epoch(s) and was finalized (best "
-            f"delivered); `epochs: {cfg.epochs}` asks for more, but a finalized workspace does "
-            "not train further. Start a new workspace (`trm init`, or `trm promote` the best "
-            "version and `trm init --from-seed`) with the larger `epochs`"
+        raise refuse(
+            f"finished after {trained} epoch(s)",
+            f"`epochs: {cfg.epochs}` asks for more",
+            "`epochs`",
         )
     return f"nothing to do: training finished after {trained} epoch(s) ({reason}) and was finalized"
