@@ -339,9 +339,8 @@ def worst_case_table(replicates: int, seed: int) -> list[dict[str, Any]]:
 def near_replay_accepts(
     n: int, passes: int, r: float, replicates: int, rng: np.random.Generator, params: GateParams
 ) -> int:
-    """Accepts in ``replicates`` gates of ``passes`` passes over ``n`` questions on the least
-    favourable null at a low temperature: every question at p = ½ on both arms, each arm's text
-    fixing a per-question latent part that two draws of one prompt share with correlation ``r``."""
+    """Accepts in ``replicates`` gates (``passes`` passes over ``n`` questions) on the least
+    favourable null at a low temperature, two draws of one prompt correlated ``r`` (above)."""
     plan = gate_plan([f"q{i}" for i in range(n)], passes, params.block)
     accepts = 0
     for _ in range(replicates):
