@@ -191,14 +191,6 @@ class SimConfig(NoBoolNumbers):
         return self
 
 
-#: The largest latent correlation between two draws of one prompt at which three gate passes keep
-#: the least favourable null within α (`trm bench gate --worst-case --replicates 5000`: 3 passes,
-#: N = 50, r = 0.25 → 4.58%; r = 0.5 → 6.66%). A simulated world whose draws at the agent
-#: temperature correlate more is refused where the gate would count them as independent
-#: (RunConfig's cross-field check).
-INDEPENDENT_MAX_CORRELATION: Final = 0.25
-
-
 def latent_correlation(temperature_scale: float, temperature: float) -> float:
     """r(T) of ``sim.temperature_scale`` τ: 1 at T ≤ 0, ``exp(−(T/τ)²)`` above, 0 with τ = 0."""
     if temperature <= 0.0:

@@ -37,9 +37,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from trm_assets.domain.errors import TrmError
 from trm_assets.domain.gate import SMALL_POOL, SMALL_POOL_PASSES
+from trm_assets.domain.pass_dependence import INDEPENDENT_MAX_CORRELATION
 from trm_assets.llm.providers import ProviderSpec
 from trm_assets.llm.sim_config import (
-    INDEPENDENT_MAX_CORRELATION,
     PROFILES,
     NoBoolNumbers,
     SimConfig,
@@ -152,7 +152,7 @@ class RunConfig(NoBoolNumbers):
         "0 < x <= 2: the lowest agent temperature at which the gate counts two rollouts of one "
         "prompt as independent draws (repeated passes, the ladder's order); below it a low "
         "temperature nearly replays the answer, and the gate takes the temperature-0 plan "
-        "(one uniform pass)",
+        "(one uniform pass). `trm bench decoding` measures it on the configured model",
         gt=0,
         le=2,
     )
