@@ -39,6 +39,8 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Final
 
+import numpy as np
+
 from trm_assets.domain.errors import TrmError
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, skill_file_name
 from trm_assets.llm.sim.draws import digest, normal, normalize_text
@@ -220,3 +222,49 @@ def text_probability(
         return p
     rho = flip_correlation(p, config.text_flip_rate)
     return perturbed_probability(p, rho, text_shift(config, question_id, text_key(parts)))
+
+
+# --- the dependence between gate passes (``trm bench decoding``'s ground truth) ------------------
+
+_GL_NODES, _GL_WEIGHTS = (tuple(float(v) for v in a) for a in np.polynomial.legendre.leggauss(64))
+
+
+def joint_correct(p_a: float, p_b: float, r: float) -> float:
+    """P(both correct) of two draws thresholded at ``p_a`` and ``p_b`` whose latents correlate
+    ``r`` ∈ [0, 1]: Φ₂(Φ⁻¹(p_a), Φ⁻¹(p_b); r) by Plackett's integral
+    ``Φ(a)Φ(b) + (1/2π)∫₀^{arcsin r} exp(−(a² + b² − 2ab·sin θ)/(2cos²θ)) dθ`` (Gauss–Legendre)."""
+    if p_a <= 0.0 or p_b <= 0.0:
+        return 0.0
+    if p_a >= 1.0 or p_b >= 1.0:
+        return min(p_a, p_b)
+    if r >= 1.0:
+        return min(p_a, p_b)
+    if r <= 0.0:
+        return p_a * p_b
+    a, b = _STD.inv_cdf(p_a), _STD.inv_cdf(p_b)
+    half = math.asin(r) / 2.0
+    total = 0.0
+    for x, w in zip(_GL_NODES, _GL_WEIGHTS, strict=True):
+        s = math.sin(half * (x + 1.0))
+        total += w * math.exp(-(a * a + b * b - 2.0 * a * b * s) / (2.0 * (1.0 - s * s)))
+    return p_a * p_b + total * half / (2.0 * math.pi)
+
+
+def pass_dependence_truth(
+    probabilities: Iterable[tuple[float, float]], r: float
+) -> tuple[float, float]:
+    """(E[d₁·d₂], E[d²]) of two passes of texts A and B, averaged over questions given as
+    (P_A, P_B) pairs (the oracle's P_eff), when every two draws of a question share latent
+    correlation ``r`` (:func:`draw_correlation`; the fresh parts are independent across texts
+    and passes, the greedy part is the question's): ``d = b − a``, so
+    ``E[d₁d₂] = Φ₂(B, B) + Φ₂(A, A) − 2Φ₂(A, B)`` and ``E[d²] = P_A + P_B − 2Φ₂(A, B)``."""
+    cross = disc = 0.0
+    n = 0
+    for p_a, p_b in probabilities:
+        ab = joint_correct(p_a, p_b, r)
+        cross += joint_correct(p_b, p_b, r) + joint_correct(p_a, p_a, r) - 2.0 * ab
+        disc += p_a + p_b - 2.0 * ab
+        n += 1
+    if n == 0:
+        raise ValueError("pass_dependence_truth needs at least one question")
+    return cross / n, disc / n

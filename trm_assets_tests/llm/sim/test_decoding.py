@@ -28,6 +28,8 @@ from trm_assets.llm.sim.decoding import (
     draw_correlation,
     flip_correlation,
     instruction_parts,
+    joint_correct,
+    pass_dependence_truth,
     perturbed_probability,
     seed_words,
 )
@@ -487,3 +489,41 @@ def test_a_low_temperature_replays_the_letter_too(
         agent_draw(world, config, f"unknown-{i}", [], s)[0] for i in range(50) for s in (1, 2)
     ]
     assert sum(a != b for a, b in zip(guesses[::2], guesses[1::2], strict=True)) <= 10  # fresh: 37
+
+
+@pytest.mark.parametrize(
+    ("p_a", "p_b", "r"),
+    [(0.5, 0.5, 0.25), (0.3, 0.7, 0.5), (0.9, 0.2, 0.9), (0.6, 0.55, 0.98), (0.4, 0.4, 0.0)],
+)
+def test_joint_correct_is_the_bivariate_normal_probability(
+    p_a: float, p_b: float, r: float
+) -> None:
+    """Against a Monte Carlo of the latent pair itself (4·10⁶ draws: SE < 2.5·10⁻⁴)."""
+    rng = np.random.default_rng(11)
+    z1 = rng.standard_normal(4_000_000)
+    z2 = r * z1 + math.sqrt(1 - r * r) * rng.standard_normal(z1.size)
+    # a latent correlation ρ of two draws means corr(z1, z2) = ρ here
+    ia, ib = NormalDist().inv_cdf(p_a), NormalDist().inv_cdf(p_b)
+    mc = float(np.mean((z1 < ia) & (z2 < ib)))
+    assert joint_correct(p_a, p_b, r) == pytest.approx(mc, abs=1.5e-3)
+
+
+def test_joint_correct_agrees_with_the_flip_integral_and_the_edges() -> None:
+    for p in (0.2, 0.5, 0.83):
+        for r in (0.1, 0.5, 0.95):
+            assert joint_correct(p, p, r) == pytest.approx(p - disagreement(p, r) / 2, abs=1e-7)
+    assert joint_correct(0.3, 0.6, 0.0) == pytest.approx(0.18)
+    assert joint_correct(0.3, 0.6, 1.0) == 0.3
+    assert joint_correct(0.0, 0.6, 0.5) == 0.0 and joint_correct(1.0, 0.6, 0.5) == 0.6
+
+
+def test_pass_dependence_truth_of_the_worst_case_is_2_arcsin_r_over_pi() -> None:
+    """GATE §10.2's worst case (p = ½ on both texts, the texts independent): the within-text
+    joint is Φ₂(0, 0; r), the cross-text one ¼, so ρ_d = 2·arcsin(r)/π — the probe's threshold.
+    In the simulator the shared greedy part is the question's, not the text's: two texts with
+    equal P give E[d₁d₂] = 0 at any r."""
+    for r in (0.25, 0.5, 0.9):
+        same = joint_correct(0.5, 0.5, r)
+        assert (2 * same - 2 * 0.25) / (1 - 2 * 0.25) == pytest.approx(2 * math.asin(r) / math.pi)
+    cross, disc = pass_dependence_truth([(0.5, 0.5)] * 3, 0.9)
+    assert cross == pytest.approx(0.0, abs=1e-12) and disc > 0
