@@ -112,6 +112,10 @@ def data_check(paths: tuple[str, ...], as_json: bool) -> None:
 @main.group(
     cls=LazyGroup,
     lazy={
+        "decoding": (
+            "trm_bench.decoding:cli",
+            "Are two rollouts of one prompt independent at T? (gate passes)",
+        ),
         "frontier": (
             "trm_bench.frontier:cli",
             "What thresholds on recorded gate evidence would accept (issue 15).",

@@ -1,0 +1,189 @@
+"""``trm bench decoding``: the pass-dependence probe against the simulator's own value, never on
+the test pool, the same over real HTTP, and its command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from trm_assets.cli.main import main
+from trm_assets.domain.pass_dependence import PassVerdict
+from trm_assets.harness.data.config import RunConfig, load_config
+from trm_assets.harness.storage.pools import build_pools
+from trm_assets.llm.factory import build_providers
+from trm_assets.llm.providers import Providers
+from trm_assets.llm.settings import Settings
+from trm_assets.llm.sim.provider import SimulatedProvider
+from trm_assets.llm.sim.server import SimServer
+from trm_assets.llm.sim.world import load_world
+from trm_bench.decoding import (
+    DEFAULT_PROMPTS,
+    VARIANT_LINE,
+    ProbeError,
+    load_inputs,
+    neutral_variant,
+    probe_temperature,
+    run_probe,
+)
+from trm_bench.decoding_report import recommendation
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "data" / "configs"
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)  # the configs' data paths are relative to the repository
+
+
+def config(name: str = "default", *sets: str) -> RunConfig:
+    return load_config(
+        CONFIGS / f"{name}.yaml",
+        ("sim.latency_ms_mean=0", *sets),
+        environ={},
+        dotenv_path=None,
+    )
+
+
+def _z(est: Any, truth: float) -> float:
+    se = (est.ci_high - est.ci_low) / 3.92
+    return abs(est.rho - truth) / se
+
+
+def test_the_probe_never_reads_the_test_pool_and_its_order_is_seeded() -> None:
+    cfg = config("smoke")
+    inputs = load_inputs(cfg, 100, DEFAULT_PROMPTS)
+    pools = build_pools(cfg, inputs.dataset.questions)
+    ids = [q.question_id for q in inputs.questions]
+    assert len(set(ids)) == 100
+    assert set(ids) <= set(pools.validation) | set(pools.diagnosis)
+    assert not set(ids) & set(pools.test)
+    assert [q.question_id for q in load_inputs(cfg, 100, DEFAULT_PROMPTS).questions] == ids
+    other = load_inputs(config("smoke", "seed=1"), 100, DEFAULT_PROMPTS).questions
+    assert [q.question_id for q in other] != ids
+    with pytest.raises(ProbeError, match="at most 108"):
+        load_inputs(cfg, 109, DEFAULT_PROMPTS)
+
+
+def test_the_variant_appends_one_line_to_every_task_skill_only() -> None:
+    skills = {"default-strategy.md": "# d\n", "counting-problem.md": "# c\n\n"}
+    assert neutral_variant(skills) == {
+        "default-strategy.md": "# d\n",
+        "counting-problem.md": f"# c\n{VARIANT_LINE}\n",
+    }
+
+
+def test_estimates_agree_with_the_simulated_value() -> None:
+    """Realistic world with τ = 0.5: at T = 0.05 a second pass nearly replays the first; at
+    T = 1 the draws are nearly fresh but the texts still give questions different P_eff."""
+    cfg = config("default", "sim.profile=realistic", "sim.temperature_scale=0.5")
+    inputs = load_inputs(cfg, 1200, DEFAULT_PROMPTS)
+    providers = build_providers(cfg.provider_spec())
+    low = probe_temperature(inputs, providers, 0.05)
+    high = probe_temperature(inputs, providers, 1.0)
+    assert low.truth is not None and high.truth is not None
+    assert low.truth > 0.6 and 0.03 < high.truth < 0.12  # what the world is, not the probe
+    for probe in (low, high):
+        assert probe.dropped == 0 and probe.rollouts == 4 * 1200
+        assert _z(probe.estimate, probe.truth) < 3.0, (probe.estimate, probe.truth)
+    assert low.estimate.verdict is PassVerdict.DEPENDENT
+    assert low.estimate.agree_within > high.estimate.agree_within
+
+
+def test_default_world_at_temperature_one_is_independent_exactly() -> None:
+    """The default world's draws are fresh and the variant changes no question's probability:
+    the simulated value is 0 exactly, and 500 questions show it within the threshold."""
+    cfg = config("default")
+    out = run_probe(
+        load_inputs(cfg, 500, DEFAULT_PROMPTS), build_providers(cfg.provider_spec()), [1.0]
+    )
+    (row,) = out["temperatures"]
+    assert row["simulated_rho"] == 0.0
+    assert row["verdict"] == "independent" and row["ci_high"] <= out["threshold"]
+    assert out["gate_fresh_temperature"] == 1.0
+
+
+def _without_wall(out: dict[str, Any]) -> dict[str, Any]:
+    return {**out, "temperatures": [{**t, "wall_s": None} for t in out["temperatures"]]}
+
+
+def test_over_real_http_the_probe_measures_the_same_draws() -> None:
+    """The OpenAI-compatible provider against sim-serve: the same seeds give the same answers,
+    so the estimate equals the in-process one (and no simulated value: no oracle)."""
+    cfg = config("smoke", "sim.profile=realistic", "gate_passes=1")
+    inputs = load_inputs(cfg, 60, DEFAULT_PROMPTS)
+    local = run_probe(inputs, build_providers(cfg.provider_spec()), [0.7])
+    again = run_probe(inputs, build_providers(cfg.provider_spec()), [0.7])
+    assert _without_wall(again) == _without_wall(local)  # deterministic
+    world = load_world(REPO / "data" / "smoke")
+    with SimServer(SimulatedProvider(world, cfg.sim, inject_faults=False)) as server:
+        spec = cfg.model_copy(update={"llm_provider": "openai"}).provider_spec()
+        http: Providers = build_providers(spec, Settings(base_url=server.base_url))
+        remote = run_probe(inputs, http, [0.7])
+    assert remote["provider"].startswith("model ")
+    (a,), (b,) = local["temperatures"], remote["temperatures"]
+    keys = ("rho", "cross", "discordance", "accuracy_a", "accuracy_b", "ci_low", "ci_high")
+    assert {k: b[k] for k in keys} == {k: a[k] for k in keys}
+    assert a["simulated_rho"] is not None and b["simulated_rho"] is None
+
+
+def test_a_variant_with_a_cue_is_refused(tmp_path: Path) -> None:
+    cfg = config("smoke")
+    world = load_world(REPO / "data" / "smoke")
+    cue = world.truth.task_types["Counting Problem"].cues[0].phrasings[0]
+    skill = "counting-problem.md"
+    (tmp_path / skill).write_text(
+        (DEFAULT_PROMPTS / "skills" / skill).read_text() + f"- {cue}\n", encoding="utf-8"
+    )
+    inputs = load_inputs(cfg, 20, DEFAULT_PROMPTS, tmp_path)
+    with pytest.raises(ProbeError, match="neutral change"):
+        run_probe(inputs, build_providers(cfg.provider_spec()), [1.0])
+    same = tmp_path / "same"
+    same.mkdir()
+    (same / skill).write_text((DEFAULT_PROMPTS / "skills" / skill).read_text(), encoding="utf-8")
+    with pytest.raises(ProbeError, match="nothing to compare"):
+        load_inputs(cfg, 20, DEFAULT_PROMPTS, same)
+
+
+def test_command_line_json_and_errors() -> None:
+    runner = CliRunner()
+    args = ["bench", "decoding", "--config", str(CONFIGS / "smoke.yaml"), "--set",
+            "sim.latency_ms_mean=0", "--questions", "40"]  # fmt: skip
+    res = runner.invoke(main, [*args, "--temperature", "0.5", "--temperature", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [t["temperature"] for t in out["temperatures"]] == [0.5, 1.0]
+    assert {"rho", "ci_low", "ci_high", "verdict", "simulated_rho", "rollouts"} <= set(
+        out["temperatures"][0]
+    )
+    assert out["configured_gate_fresh_temperature"] == 1.0
+    res = runner.invoke(main, [*args, "--temperature", "0"])
+    assert res.exit_code == 2 and "0<x<=2" in res.output.replace(" ", "")
+    res = runner.invoke(main, [*args[:-1], "500"])
+    assert res.exit_code == 2 and "error: --questions 500" in res.output
+    text = runner.invoke(main, [*args, "--temperature", "1"])
+    assert text.exit_code == 0 and "recommendation:" in text.stdout
+
+
+@pytest.mark.parametrize(
+    ("lowest", "now", "says"),
+    [
+        (None, 1.0, "no probed temperature up to 1 is shown independent"),
+        (1.0, 0.7, "raise gate_fresh_temperature to 1 (now 0.7)"),
+        (0.3, 1.0, "gate_fresh_temperature: 0.3 is supported (now 1)"),
+        (0.7, 0.7, "gate_fresh_temperature: 0.7 is supported (now 0.7)"),
+    ],
+)
+def test_the_recommendation_follows_the_lowest_independent_temperature(
+    lowest: float | None, now: float, says: str
+) -> None:
+    out = {
+        "gate_fresh_temperature": lowest,
+        "configured_gate_fresh_temperature": now,
+        "temperatures": [{"temperature": 0.3}, {"temperature": 1.0}],
+    }
+    assert says in recommendation(out)

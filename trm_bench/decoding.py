@@ -1,0 +1,379 @@
+"""``trm bench decoding``: may the gate count two rollouts of one prompt as independent at T?
+
+``gate_fresh_temperature`` is the user's statement about their model: from that agent temperature
+up, the gate runs repeated passes and counts every pair as new evidence
+(``docs/decision-low-temperature.md``). This command measures the statement on the configured
+provider — the simulated world, or a real OpenAI-compatible server — instead of guessing it.
+
+For each temperature it rolls out N questions four times: the prompt set's skills (text A) and a
+neutral variant (text B: every task type's skill with one neutral line appended, or
+``--variant-skills``), two passes each, every rollout with its own seed. From the paired
+differences ``d = b − a`` of the two passes it estimates ρ_d = E[d₁d₂]/E[d²]
+(:mod:`trm_assets.domain.pass_dependence`) with a bootstrap interval over questions, and compares
+it with the worst case the gate is designed for (ρ_d ≤ 0.161, the least favourable null at latent
+correlation 0.25). The recommendation is the lowest probed temperature from which every probed
+temperature up is independent.
+
+Questions come from the validation and diagnosis pools of the config's split: the test pool
+never informs a decision, and this one sets a config key. With the simulated world the report
+also gives the value the simulator implies (its oracle's P_eff of both texts and the latent
+correlation r(T)): the check that the estimate measures what it claims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import click
+
+from trm_assets.agent.messages import AgentPrompts, load_agent_prompts
+from trm_assets.agent.tools import Toolbox
+from trm_assets.cli.support import fail_on_trm_error
+from trm_assets.domain.errors import TrmError
+from trm_assets.domain.pass_dependence import (
+    MAX_PASS_DEPENDENCE,
+    PassDependence,
+    QuestionDraws,
+    estimate_pass_dependence,
+    lowest_independent_temperature,
+)
+from trm_assets.domain.question import DEFAULT_SKILL_FILE, Question
+from trm_assets.harness.data.config import RunConfig, load_config
+from trm_assets.harness.data.dataset import Dataset, load_dataset
+from trm_assets.harness.data.rng import rng_for
+from trm_assets.harness.loop.rollouts import InferenceProgress, InferenceResult, run_inference
+from trm_assets.harness.storage.pools import build_pools
+from trm_assets.llm.factory import SimOracle, build_providers
+from trm_assets.llm.providers import Providers
+from trm_assets.llm.sim.oracle import load_skills
+from trm_bench.decoding_report import format_report
+
+REPO: Final = Path(__file__).resolve().parents[1]
+DEFAULT_PROMPTS: Final = REPO / "prompts"
+DEFAULT_QUESTIONS: Final = 300
+DEFAULT_TEMPERATURES: Final = (0.3, 0.7, 1.0)
+#: Text B's change: one line restating the default strategy (no cue, no harmful directive of
+#: the simulated catalogue: checked on every simulated run).
+VARIANT_LINE: Final = "- Read all four options before you choose one."
+PASSES: Final = 2
+HEARTBEAT_S: Final = 30.0
+
+Progress = Callable[[str], None]
+
+
+class ProbeError(TrmError, ValueError):
+    """Inputs the probe cannot measure with (too few questions, a variant that is not one)."""
+
+
+@dataclass(frozen=True)
+class ProbeInputs:
+    """What every temperature's probe rolls out: the questions, both texts, the agent."""
+
+    cfg: RunConfig
+    dataset: Dataset
+    questions: tuple[Question, ...]
+    skills_a: Mapping[str, str]
+    skills_b: Mapping[str, str]
+    prompts: AgentPrompts
+
+
+@dataclass(frozen=True)
+class TemperatureProbe:
+    temperature: float
+    estimate: PassDependence
+    dropped: int  # questions left out: a rollout without an outcome (infrastructure failure)
+    rollouts: int
+    wall_s: float
+    truth: float | None  # the simulator's ρ_d on the same questions (None with a real model)
+
+
+def neutral_variant(skills: Mapping[str, str], line: str = VARIANT_LINE) -> dict[str, str]:
+    """Text B: every task type's skill file with ``line`` appended (``default-strategy.md``,
+    which every question reads, unchanged: a gate edits one task type's file)."""
+    return {
+        name: text if name == DEFAULT_SKILL_FILE else text.rstrip("\n") + "\n" + line + "\n"
+        for name, text in skills.items()
+    }
+
+
+def _read_skills(directory: Path) -> dict[str, str]:
+    skills = load_skills(directory)
+    if not skills:
+        raise ProbeError(f"{directory}: no skill file (*.md)")
+    return skills
+
+
+def probe_questions(cfg: RunConfig, dataset: Dataset, n: int) -> tuple[Question, ...]:
+    """``n`` questions of the validation and diagnosis pools (never the test pool), in a
+    seeded order (``rng_for(seed, "decoding-probe")``)."""
+    pools = build_pools(cfg, dataset.questions)
+    ids = sorted({*pools.validation, *pools.diagnosis})
+    if n > len(ids):
+        raise ProbeError(
+            f"--questions {n}: the config's split has {len(ids)} validation and diagnosis "
+            f"questions (the test pool is never probed); ask for at most {len(ids)}"
+        )
+    order = rng_for(cfg.seed, "decoding-probe").permutation(len(ids))
+    by_id = dataset.by_id()
+    return tuple(by_id[ids[int(i)]] for i in order[:n])
+
+
+def load_inputs(
+    cfg: RunConfig, n: int, prompts_dir: Path, variant_dir: Path | None = None
+) -> ProbeInputs:
+    dataset = load_dataset(cfg)
+    skills_a = _read_skills(prompts_dir / "skills")
+    if variant_dir is None:
+        skills_b = neutral_variant(skills_a)
+    else:
+        skills_b = {**skills_a, **_read_skills(variant_dir)}
+    if skills_b == skills_a:
+        raise ProbeError("the variant's skills equal the prompt set's: nothing to compare")
+    return ProbeInputs(
+        cfg=cfg,
+        dataset=dataset,
+        questions=probe_questions(cfg, dataset, n),
+        skills_a=skills_a,
+        skills_b=skills_b,
+        prompts=load_agent_prompts(prompts_dir),
+    )
+
+
+def _rollouts(
+    inputs: ProbeInputs,
+    providers: Providers,
+    skills: Mapping[str, str],
+    run_id: str,
+    temperature: float,
+    progress: Callable[[InferenceProgress], None] | None,
+) -> InferenceResult:
+    cfg = inputs.cfg
+    return asyncio.run(
+        run_inference(
+            inputs.questions,
+            llm=providers.agent,
+            tools=Toolbox(inputs.dataset.trees),
+            log=None,
+            run_id=run_id,
+            concurrency=cfg.concurrency,
+            max_steps=cfg.max_agent_steps,
+            skill_mode=cfg.skill_mode,
+            skills=skills,
+            prompts=inputs.prompts,
+            replicates=PASSES,
+            temperature=temperature,
+            progress=progress,
+            heartbeat_s=HEARTBEAT_S if progress is not None else None,
+        )
+    )
+
+
+def question_draws(
+    a: InferenceResult, b: InferenceResult
+) -> tuple[list[tuple[str, QuestionDraws]], int]:
+    """(question id, its four outcomes) for every question whose four rollouts have an outcome,
+    and how many questions were left out."""
+    out: dict[str, dict[tuple[str, int], bool | None]] = {}
+    for arm, result in (("a", a), ("b", b)):
+        for p in result.predictions:
+            out.setdefault(p.question_id, {})[(arm, p.replicate)] = p.outcome
+    kept: list[tuple[str, QuestionDraws]] = []
+    for qid, o in out.items():
+        values = [o.get((arm, rep)) for arm in ("a", "b") for rep in range(PASSES)]
+        if all(v is not None for v in values):
+            a1, a2, b1, b2 = (bool(v) for v in values)
+            kept.append((qid, QuestionDraws(a1, a2, b1, b2)))
+    return kept, len(out) - len(kept)
+
+
+def simulated_truth(
+    inputs: ProbeInputs, providers: Providers, qids: Sequence[str], temperature: float
+) -> float | None:
+    """ρ_d the simulator implies on ``qids`` at ``temperature`` (None with a real model)."""
+    if providers.oracle is None:
+        return None
+    from trm_assets.llm.sim.decoding import draw_correlation, pass_dependence_truth
+
+    prompts = inputs.prompts
+    kw: dict[str, Any] = {
+        "system_prompt": prompts.system,
+        "tool_descriptions": [
+            prompts.tool_descriptions[k] for k in sorted(prompts.tool_descriptions)
+        ],
+        "skill_mode": inputs.cfg.skill_mode,
+    }
+    p_a = providers.oracle.expected_by_question(list(qids), inputs.skills_a, **kw)
+    p_b = providers.oracle.expected_by_question(list(qids), inputs.skills_b, **kw)
+    r = draw_correlation(inputs.cfg.sim, temperature)
+    cross, disc = pass_dependence_truth(((p_a[q], p_b[q]) for q in qids), r)
+    return cross / disc if disc > 0 else None
+
+
+def _check_variant_is_neutral(inputs: ProbeInputs, providers: Providers) -> None:
+    """With the simulated world, text B must add no cue and no harmful directive."""
+    if not isinstance(providers.oracle, SimOracle):
+        return
+    world = providers.oracle.world
+    for name, text in inputs.skills_b.items():
+        added = text.replace(inputs.skills_a.get(name, ""), "", 1)
+        if added.strip() and world.any_catalogue_hit(added):
+            raise ProbeError(
+                f"the variant of {name} adds a cue or a harmful directive of the simulated "
+                "world: the probe needs a neutral change"
+            )
+
+
+def _reporter(label: str, progress: Progress | None) -> Callable[[InferenceProgress], None] | None:
+    """A progress line at most every :data:`HEARTBEAT_S` seconds, and at the end."""
+    if progress is None:
+        return None
+    last = [0.0]
+
+    def report(p: InferenceProgress) -> None:
+        if p.done == p.total or p.elapsed_s - last[0] >= HEARTBEAT_S:
+            last[0] = p.elapsed_s
+            eta = p.eta_s()
+            left = "" if eta is None or p.done == p.total else f", about {eta:.0f} s left"
+            progress(f"{label}: {p.done}/{p.total} rollouts{left}")
+
+    return report
+
+
+def probe_temperature(
+    inputs: ProbeInputs,
+    providers: Providers,
+    temperature: float,
+    *,
+    progress: Progress | None = None,
+) -> TemperatureProbe:
+    """Four rollouts of every question at ``temperature`` and the estimate of ρ_d."""
+    if temperature <= 0:
+        raise ProbeError(
+            f"temperature {temperature}: at 0 a pass replays the one before by definition "
+            "(the gate runs one uniform pass there); probe temperatures above 0"
+        )
+    t0 = time.perf_counter()
+    results = []
+    for arm, skills in (("a", inputs.skills_a), ("b", inputs.skills_b)):
+        run_id = f"decoding-probe-{arm}-t{temperature:g}"
+        report = _reporter(f"T={temperature:g} text {arm.upper()}", progress)
+        results.append(_rollouts(inputs, providers, skills, run_id, temperature, report))
+    kept, dropped = question_draws(*results)
+    if not kept:
+        raise ProbeError(
+            f"T={temperature:g}: no question has all four outcomes (every rollout failed)"
+        )
+    estimate = estimate_pass_dependence(
+        [d for _, d in kept], rng_for(inputs.cfg.seed, "decoding-probe-bootstrap", str(temperature))
+    )
+    return TemperatureProbe(
+        temperature=temperature,
+        estimate=estimate,
+        dropped=dropped,
+        rollouts=sum(len(r.predictions) for r in results),
+        wall_s=time.perf_counter() - t0,
+        truth=simulated_truth(inputs, providers, [q for q, _ in kept], temperature),
+    )
+
+
+def run_probe(
+    inputs: ProbeInputs,
+    providers: Providers,
+    temperatures: Sequence[float],
+    *,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """The probe at every temperature and the recommendation (the ``--json`` object)."""
+    _check_variant_is_neutral(inputs, providers)
+    probes = [
+        probe_temperature(inputs, providers, t, progress=progress)
+        for t in sorted(set(temperatures))
+    ]
+    lowest = lowest_independent_temperature([(p.temperature, p.estimate.verdict) for p in probes])
+    return {
+        "provider": providers.label(),
+        "questions": len(inputs.questions),
+        "threshold": MAX_PASS_DEPENDENCE,
+        "temperatures": [
+            {
+                "temperature": p.temperature,
+                **asdict(p.estimate),
+                "verdict": str(p.estimate.verdict),
+                "dropped": p.dropped,
+                "rollouts": p.rollouts,
+                "wall_s": round(p.wall_s, 3),
+                "simulated_rho": p.truth,
+            }
+            for p in probes
+        ],
+        "gate_fresh_temperature": lowest,
+        "configured_gate_fresh_temperature": inputs.cfg.gate_fresh_temperature,
+    }
+
+
+@click.command("decoding")
+@click.option("--config", "config_path", type=click.Path(), default=None, help="YAML config file.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a setting.")
+@click.option(
+    "--temperature",
+    "temperatures",
+    type=click.FloatRange(min=0, max=2, min_open=True),
+    multiple=True,
+    help="An agent temperature to probe (repeatable; default "
+    f"{', '.join(map(str, DEFAULT_TEMPERATURES))}).",
+)
+@click.option(
+    "--questions",
+    "n_questions",
+    type=click.IntRange(min=10),
+    default=DEFAULT_QUESTIONS,
+    show_default=True,
+    help="Questions per temperature (4 rollouts each).",
+)
+@click.option(
+    "--prompts-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=DEFAULT_PROMPTS,
+    show_default=True,
+    help="The prompt set (agent_system.md, tools/, skills/): text A.",
+)
+@click.option(
+    "--variant-skills",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Skill files (*.md) replacing text A's for text B (default: one neutral line appended "
+    "to every task type's skill).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object only.")
+@fail_on_trm_error
+def cli(
+    config_path: str | None,
+    overrides: tuple[str, ...],
+    temperatures: tuple[float, ...],
+    n_questions: int,
+    prompts_dir: Path,
+    variant_skills: Path | None,
+    as_json: bool,
+) -> None:
+    """May the gate count two rollouts of one prompt as independent? (gate_fresh_temperature)
+
+    Uses the config's provider: the SIMULATED world by default, or a real server
+    (llm_provider: openai, TRM_LLM_BASE_URL). Progress goes to stderr."""
+    cfg = load_config(config_path, overrides)
+    inputs = load_inputs(cfg, n_questions, prompts_dir, variant_skills)
+    providers = build_providers(cfg.provider_spec())
+    out = run_probe(
+        inputs,
+        providers,
+        temperatures or DEFAULT_TEMPERATURES,
+        progress=lambda m: click.echo(m, err=True),
+    )
+    click.echo(json.dumps(out) if as_json else format_report(out))
+    sys.stdout.flush()

@@ -1,0 +1,53 @@
+"""The text report of ``trm bench decoding`` (its ``--json`` object as a table)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def _fmt(x: float | None, spec: str = ".3f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def format_report(out: Mapping[str, Any]) -> str:
+    lines = [
+        f"{out['provider']}, {out['questions']} questions (validation + diagnosis pools), "
+        f"two passes of the prompt set's skills (A) and a neutral variant (B)",
+        f"threshold ρ_d ≤ {out['threshold']:.3f} (the worst case at latent correlation 0.25)",
+        "",
+        f"{'T':>5} {'acc A':>6} {'acc B':>6} {'disc':>6} {'ρ_d':>7} {'95% CI':>17} "
+        f"{'sim ρ_d':>8}  verdict",
+    ]
+    for t in out["temperatures"]:
+        ci = f"[{_fmt(t['ci_low'])}, {_fmt(t['ci_high'])}]"
+        lines.append(
+            f"{t['temperature']:>5g} {t['accuracy_a']:>6.3f} {t['accuracy_b']:>6.3f} "
+            f"{t['discordance']:>6.3f} {_fmt(t['rho']):>7} {ci:>17} "
+            f"{_fmt(t['simulated_rho']):>8}  {t['verdict']}"
+            + (f" ({t['dropped']} questions without an outcome)" if t["dropped"] else "")
+        )
+    lines += ["", recommendation(out)]
+    return "\n".join(lines)
+
+
+def recommendation(out: Mapping[str, Any]) -> str:
+    """What the probe says about ``gate_fresh_temperature`` (the config's value beside it)."""
+    lowest, now = out["gate_fresh_temperature"], out["configured_gate_fresh_temperature"]
+    if lowest is None:
+        top = max(t["temperature"] for t in out["temperatures"])
+        return (
+            f"recommendation: no probed temperature up to {top:g} is shown independent; keep "
+            f"gate_fresh_temperature (now {now:g}) above the agent temperature, so the gate runs "
+            "one uniform pass, or probe again with more questions where the verdict is "
+            "inconclusive"
+        )
+    if now < lowest:
+        return (
+            f"recommendation: raise gate_fresh_temperature to {lowest:g} (now {now:g}): below "
+            f"{lowest:g} the probe does not show two passes independent"
+        )
+    return (
+        f"recommendation: gate_fresh_temperature: {lowest:g} is supported (now {now:g}); "
+        f"repeated passes are valid from {lowest:g} up"
+    )
