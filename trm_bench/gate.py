@@ -263,31 +263,17 @@ WORST_CASE_ROWS: tuple[tuple[str, int, int, bool, float, float], ...] = (
 # A low temperature (docs/decision-low-temperature.md): each arm's text fixes a per-question
 # latent part, each pass adds a fresh part; two passes of one prompt share correlation r (the
 # simulator's exp(−(T/τ)²)). Appended after the rows above so their random stream is unchanged.
+_BEFORE, _BELOW = "(the plan before gate_fresh_temperature)", "(below gate_fresh_temperature)"
 LOW_TEMPERATURE_ROWS: tuple[tuple[str, int, int, float], ...] = (
     # (label, pool N, passes, r)
-    (
-        "low temperature (r = 0.5), N = 50, 3 passes (the plan before gate_fresh_temperature)",
-        50,
-        3,
-        0.5,
-    ),
-    (
-        "low temperature (r = 0.9), N = 50, 3 passes (the plan before gate_fresh_temperature)",
-        50,
-        3,
-        0.9,
-    ),
-    (
-        "low temperature (r = 0.9), N = 50, 1 uniform pass (below gate_fresh_temperature)",
-        50,
-        1,
-        0.9,
-    ),
-    (
-        "low temperature (r = 0.25, INDEPENDENT_MAX_CORRELATION), N = 50, 3 passes",
-        50,
-        3,
-        0.25,
+    (f"low temperature (r = 0.5), N = 50, 3 passes {_BEFORE}", 50, 3, 0.5),
+    (f"low temperature (r = 0.9), N = 50, 3 passes {_BEFORE}", 50, 3, 0.9),
+    (f"low temperature (r = 0.9), N = 50, 1 uniform pass {_BELOW}", 50, 1, 0.9),
+    ("low temperature (r = 0.25, INDEPENDENT_MAX_CORRELATION), N = 50, 3 passes", 50, 3, 0.25),
+    # `trm bench decoding`'s one threshold (ρ_d = 2·arcsin(0.25)/π) across pool sizes and passes
+    *(
+        (f"decoding threshold (r = 0.25: ρ_d = 0.161), N = {n}, {k} passes", n, k, 0.25)
+        for n, k in ((10, 3), (20, 3), (59, 3), (50, 2), (50, 5), (50, 10))
     ),
 )
 
