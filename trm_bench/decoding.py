@@ -33,55 +33,37 @@ from typing import Any, Final
 
 import click
 
-from trm_assets.agent.messages import AgentPrompts, load_agent_prompts
 from trm_assets.agent.tools import Toolbox
 from trm_assets.cli.support import fail_on_trm_error
-from trm_assets.domain.errors import TrmError
 from trm_assets.domain.pass_dependence import (
     MAX_PASS_DEPENDENCE,
+    MIN_DISCORDANT_QUESTIONS,
     PassDependence,
     QuestionDraws,
     estimate_pass_dependence,
     lowest_independent_temperature,
 )
-from trm_assets.domain.question import DEFAULT_SKILL_FILE, Question
-from trm_assets.harness.data.config import RunConfig, load_config
-from trm_assets.harness.data.dataset import Dataset, load_dataset
+from trm_assets.harness.data.config import load_config
 from trm_assets.harness.data.rng import rng_for
 from trm_assets.harness.loop.rollouts import InferenceProgress, InferenceResult, run_inference
-from trm_assets.harness.storage.pools import build_pools
-from trm_assets.llm.factory import SimOracle, build_providers
+from trm_assets.llm.factory import build_providers
 from trm_assets.llm.providers import Providers
-from trm_assets.llm.sim.oracle import load_skills
+from trm_bench.decoding_inputs import (
+    ProbeError,
+    ProbeInputs,
+    check_variant_is_neutral,
+    load_inputs,
+)
 from trm_bench.decoding_report import format_report
 
 REPO: Final = Path(__file__).resolve().parents[1]
 DEFAULT_PROMPTS: Final = REPO / "prompts"
 DEFAULT_QUESTIONS: Final = 300
 DEFAULT_TEMPERATURES: Final = (0.3, 0.7, 1.0)
-#: Text B's change: one line restating the default strategy (no cue, no harmful directive of
-#: the simulated catalogue: checked on every simulated run).
-VARIANT_LINE: Final = "- Read all four options before you choose one."
 PASSES: Final = 2
 HEARTBEAT_S: Final = 30.0
 
 Progress = Callable[[str], None]
-
-
-class ProbeError(TrmError, ValueError):
-    """Inputs the probe cannot measure with (too few questions, a variant that is not one)."""
-
-
-@dataclass(frozen=True)
-class ProbeInputs:
-    """What every temperature's probe rolls out: the questions, both texts, the agent."""
-
-    cfg: RunConfig
-    dataset: Dataset
-    questions: tuple[Question, ...]
-    skills_a: Mapping[str, str]
-    skills_b: Mapping[str, str]
-    prompts: AgentPrompts
 
 
 @dataclass(frozen=True)
@@ -92,58 +74,6 @@ class TemperatureProbe:
     rollouts: int
     wall_s: float
     truth: float | None  # the simulator's ρ_d on the same questions (None with a real model)
-
-
-def neutral_variant(skills: Mapping[str, str], line: str = VARIANT_LINE) -> dict[str, str]:
-    """Text B: every task type's skill file with ``line`` appended (``default-strategy.md``,
-    which every question reads, unchanged: a gate edits one task type's file)."""
-    return {
-        name: text if name == DEFAULT_SKILL_FILE else text.rstrip("\n") + "\n" + line + "\n"
-        for name, text in skills.items()
-    }
-
-
-def _read_skills(directory: Path) -> dict[str, str]:
-    skills = load_skills(directory)
-    if not skills:
-        raise ProbeError(f"{directory}: no skill file (*.md)")
-    return skills
-
-
-def probe_questions(cfg: RunConfig, dataset: Dataset, n: int) -> tuple[Question, ...]:
-    """``n`` questions of the validation and diagnosis pools (never the test pool), in a
-    seeded order (``rng_for(seed, "decoding-probe")``)."""
-    pools = build_pools(cfg, dataset.questions)
-    ids = sorted({*pools.validation, *pools.diagnosis})
-    if n > len(ids):
-        raise ProbeError(
-            f"--questions {n}: the config's split has {len(ids)} validation and diagnosis "
-            f"questions (the test pool is never probed); ask for at most {len(ids)}"
-        )
-    order = rng_for(cfg.seed, "decoding-probe").permutation(len(ids))
-    by_id = dataset.by_id()
-    return tuple(by_id[ids[int(i)]] for i in order[:n])
-
-
-def load_inputs(
-    cfg: RunConfig, n: int, prompts_dir: Path, variant_dir: Path | None = None
-) -> ProbeInputs:
-    dataset = load_dataset(cfg)
-    skills_a = _read_skills(prompts_dir / "skills")
-    if variant_dir is None:
-        skills_b = neutral_variant(skills_a)
-    else:
-        skills_b = {**skills_a, **_read_skills(variant_dir)}
-    if skills_b == skills_a:
-        raise ProbeError("the variant's skills equal the prompt set's: nothing to compare")
-    return ProbeInputs(
-        cfg=cfg,
-        dataset=dataset,
-        questions=probe_questions(cfg, dataset, n),
-        skills_a=skills_a,
-        skills_b=skills_b,
-        prompts=load_agent_prompts(prompts_dir),
-    )
 
 
 def _rollouts(
@@ -216,18 +146,13 @@ def simulated_truth(
     return cross / disc if disc > 0 else None
 
 
-def _check_variant_is_neutral(inputs: ProbeInputs, providers: Providers) -> None:
-    """With the simulated world, text B must add no cue and no harmful directive."""
-    if not isinstance(providers.oracle, SimOracle):
-        return
-    world = providers.oracle.world
-    for name, text in inputs.skills_b.items():
-        added = text.replace(inputs.skills_a.get(name, ""), "", 1)
-        if added.strip() and world.any_catalogue_hit(added):
-            raise ProbeError(
-                f"the variant of {name} adds a cue or a harmful directive of the simulated "
-                "world: the probe needs a neutral change"
-            )
+def _simulated_r(inputs: ProbeInputs, providers: Providers, temperature: float) -> float | None:
+    """The simulator's latent correlation r(T) of two draws of one prompt (None: a real model)."""
+    if providers.oracle is None:
+        return None
+    from trm_assets.llm.sim.decoding import draw_correlation
+
+    return draw_correlation(inputs.cfg.sim, temperature)
 
 
 def _reporter(label: str, progress: Progress | None) -> Callable[[InferenceProgress], None] | None:
@@ -262,14 +187,18 @@ def probe_temperature(
     t0 = time.perf_counter()
     results = []
     for arm, skills in (("a", inputs.skills_a), ("b", inputs.skills_b)):
-        run_id = f"decoding-probe-{arm}-t{temperature:g}"
+        run_id = f"decoding-probe-{inputs.draw_seed}-{arm}-t{temperature!r}"
         report = _reporter(f"T={temperature:g} text {arm.upper()}", progress)
-        results.append(_rollouts(inputs, providers, skills, run_id, temperature, report))
+        result = _rollouts(inputs, providers, skills, run_id, temperature, report)
+        if all(p.outcome is None for p in result.predictions):
+            first = next((p.error for p in result.predictions if p.error), "no error recorded")
+            raise ProbeError(
+                f"T={temperature:g}: every rollout of text {arm.upper()} failed; the first: {first}"
+            )
+        results.append(result)
     kept, dropped = question_draws(*results)
     if not kept:
-        raise ProbeError(
-            f"T={temperature:g}: no question has all four outcomes (every rollout failed)"
-        )
+        raise ProbeError(f"T={temperature:g}: no question has all four outcomes")
     estimate = estimate_pass_dependence(
         [d for _, d in kept], rng_for(inputs.cfg.seed, "decoding-probe-bootstrap", str(temperature))
     )
@@ -291,7 +220,7 @@ def run_probe(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The probe at every temperature and the recommendation (the ``--json`` object)."""
-    _check_variant_is_neutral(inputs, providers)
+    check_variant_is_neutral(inputs, providers)
     probes = [
         probe_temperature(inputs, providers, t, progress=progress)
         for t in sorted(set(temperatures))
@@ -300,7 +229,12 @@ def run_probe(
     return {
         "provider": providers.label(),
         "questions": len(inputs.questions),
+        "variant": inputs.variant,
+        "task_types": list(inputs.task_types),
+        "skill_mode": inputs.cfg.skill_mode,
+        "draw_seed": inputs.draw_seed,
         "threshold": MAX_PASS_DEPENDENCE,
+        "min_discordant_questions": MIN_DISCORDANT_QUESTIONS,
         "temperatures": [
             {
                 "temperature": p.temperature,
@@ -310,6 +244,7 @@ def run_probe(
                 "rollouts": p.rollouts,
                 "wall_s": round(p.wall_s, 3),
                 "simulated_rho": p.truth,
+                "simulated_r": _simulated_r(inputs, providers, p.temperature),
             }
             for p in probes
         ],
@@ -351,6 +286,21 @@ def run_probe(
     help="Skill files (*.md) replacing text A's for text B (default: one neutral line appended "
     "to every task type's skill).",
 )
+@click.option(
+    "--workspace",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Take the pools from this workspace's pools.json (read only), so its test pool stays "
+    "unprobed (default: the config's split).",
+)
+@click.option(
+    "--draw-seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Part of every rollout's seed: another value draws all rollouts anew (a second look "
+    "with more questions otherwise repeats the first one's draws).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object only.")
 @fail_on_trm_error
 def cli(
@@ -360,6 +310,8 @@ def cli(
     n_questions: int,
     prompts_dir: Path,
     variant_skills: Path | None,
+    workspace: Path | None,
+    draw_seed: int,
     as_json: bool,
 ) -> None:
     """May the gate count two rollouts of one prompt as independent? (gate_fresh_temperature)
@@ -367,7 +319,9 @@ def cli(
     Uses the config's provider: the SIMULATED world by default, or a real server
     (llm_provider: openai, TRM_LLM_BASE_URL). Progress goes to stderr."""
     cfg = load_config(config_path, overrides)
-    inputs = load_inputs(cfg, n_questions, prompts_dir, variant_skills)
+    inputs = load_inputs(
+        cfg, n_questions, prompts_dir, variant_skills, workspace=workspace, draw_seed=draw_seed
+    )
     providers = build_providers(cfg.provider_spec())
     out = run_probe(
         inputs,

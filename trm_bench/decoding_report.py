@@ -12,22 +12,34 @@ def _fmt(x: float | None, spec: str = ".3f") -> str:
 
 def format_report(out: Mapping[str, Any]) -> str:
     lines = [
-        f"{out['provider']}, {out['questions']} questions (validation + diagnosis pools), "
-        f"two passes of the prompt set's skills (A) and a neutral variant (B)",
-        f"threshold ρ_d ≤ {out['threshold']:.3f} (the worst case at latent correlation 0.25)",
+        f"{out['provider']}, {out['questions']} questions (validation + diagnosis pools, "
+        f"{len(out['task_types'])} task types), two passes each of the prompt set's skills (A) "
+        f"and a variant (B): {out['variant']}",
+        f"threshold ρ_d ≤ {out['threshold']:.3f} (the worst case at latent correlation 0.25); "
+        f"'independent' needs its 95% upper bound below it and at least "
+        f"{out['min_discordant_questions']} questions with a discordant pair",
         "",
         f"{'T':>5} {'acc A':>6} {'acc B':>6} {'disc':>6} {'ρ_d':>7} {'95% CI':>17} "
-        f"{'sim ρ_d':>8}  verdict",
+        f"{'sim ρ_d':>8} {'ICC':>6}  verdict",
     ]
     for t in out["temperatures"]:
         ci = f"[{_fmt(t['ci_low'])}, {_fmt(t['ci_high'])}]"
         lines.append(
             f"{t['temperature']:>5g} {t['accuracy_a']:>6.3f} {t['accuracy_b']:>6.3f} "
             f"{t['discordance']:>6.3f} {_fmt(t['rho']):>7} {ci:>17} "
-            f"{_fmt(t['simulated_rho']):>8}  {t['verdict']}"
-            + (f" ({t['dropped']} questions without an outcome)" if t["dropped"] else "")
+            f"{_fmt(t['simulated_rho']):>8} {_fmt(t['icc_within']):>6}  {t['verdict']}"
+            + f" ({t['discordant_questions']} discordant questions"
+            + (f", {t['dropped']} without an outcome)" if t["dropped"] else ")")
         )
     lines += ["", recommendation(out)]
+    replayed = [t["temperature"] for t in out["temperatures"] if (t["simulated_r"] or 0) > 0.25]
+    if replayed:
+        lines.append(
+            f"note: the simulated world's own draws correlate above r = 0.25 at T = "
+            f"{', '.join(f'{t:g}' for t in replayed)} (sim.temperature_scale): the config check "
+            "refuses gate_fresh_temperature there whatever this variant shows (the least "
+            "favourable edit moves every answer)"
+        )
     return "\n".join(lines)
 
 

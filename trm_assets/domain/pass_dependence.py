@@ -41,6 +41,10 @@ INDEPENDENT_MAX_CORRELATION: Final = 0.25
 MAX_PASS_DEPENDENCE: Final = 2.0 * math.asin(INDEPENDENT_MAX_CORRELATION) / math.pi
 
 BOOTSTRAP_RESAMPLES: Final = 2000
+#: Questions with a discordant pair an INDEPENDENT verdict needs: with fewer, the percentile
+#: interval's upper bound is too low (at ρ_d = 0.161 with 10 such questions 14% of probes call
+#: it independent; with 50 or more 2.8%, the interval's nominal 2.5%: 400 synthetic probes each).
+MIN_DISCORDANT_QUESTIONS: Final = 50
 CONFIDENCE: Final = 0.95
 
 
@@ -48,8 +52,9 @@ class PassVerdict(StrEnum):
     """What two passes at one temperature say about counting passes as independent evidence."""
 
     INDEPENDENT = "independent"  # the upper confidence bound is at most the threshold
-    DEPENDENT = "dependent"  # the estimate itself is above the threshold
-    INCONCLUSIVE = "inconclusive"  # the estimate is below, its upper bound above: more questions
+    DEPENDENT = "dependent"  # the lower confidence bound is above the threshold
+    INCONCLUSIVE = "inconclusive"  # the interval holds the threshold (or too few discordant
+    #                                questions to trust it): more questions
     NO_EVIDENCE = "no evidence"  # no discordant pair: the texts never disagreed
 
 
@@ -70,11 +75,16 @@ class PassDependence:
 
     ``discordance`` = mean of d² over both passes, ``cross`` = mean of d₁·d₂; ``rho`` their ratio
     (None without a discordant pair) with a percentile bootstrap interval over questions
-    (``ci_low``, ``ci_high``; None likewise). ``agree_within`` = share of questions whose two
+    (``ci_low``, ``ci_high``; None likewise); ``discordant_questions`` = questions with a
+    discordant pair in either pass. ``agree_within`` = share of questions whose two
     passes of one text agree (both texts pooled), ``agree_across`` = share whose first passes of
-    the two texts agree."""
+    the two texts agree. ``icc_within`` = the correlation of one text's two passes (both texts
+    pooled; None when every answer is the same): ρ_d's value for an edit that moves every
+    answer independently of the old one with the same sharpness, hence an upper bound on it
+    over edits, but also counting the questions' own spread of difficulty."""
 
     questions: int
+    discordant_questions: int
     accuracy_a: float
     accuracy_b: float
     discordance: float
@@ -84,6 +94,7 @@ class PassDependence:
     ci_high: float | None
     agree_within: float
     agree_across: float
+    icc_within: float | None
     threshold: float
     verdict: PassVerdict
 
@@ -97,14 +108,20 @@ def _ratio(d1: np.ndarray, d2: np.ndarray) -> tuple[float, float]:
 
 
 def classify(
-    rho: float | None, ci_high: float | None, threshold: float = MAX_PASS_DEPENDENCE
+    rho: float | None,
+    ci_low: float | None,
+    ci_high: float | None,
+    discordant_questions: int,
+    threshold: float = MAX_PASS_DEPENDENCE,
 ) -> PassVerdict:
     """The verdict of an estimate against ``threshold`` (see :class:`PassVerdict`)."""
-    if rho is None or ci_high is None:
+    if rho is None or ci_low is None or ci_high is None:
         return PassVerdict.NO_EVIDENCE
-    if rho > threshold:
+    if ci_low > threshold:
         return PassVerdict.DEPENDENT
-    return PassVerdict.INDEPENDENT if ci_high <= threshold else PassVerdict.INCONCLUSIVE
+    if ci_high <= threshold and discordant_questions >= MIN_DISCORDANT_QUESTIONS:
+        return PassVerdict.INDEPENDENT
+    return PassVerdict.INCONCLUSIVE
 
 
 def estimate_pass_dependence(
@@ -134,8 +151,13 @@ def estimate_pass_dependence(
         ratios = num[den > 0] / den[den > 0]
         tail = (1.0 - CONFIDENCE) / 2.0
         low, high = (float(v) for v in np.quantile(ratios, [tail, 1.0 - tail]))
+    discordant = int(np.count_nonzero((d1 != 0) | (d2 != 0)))
+    first, second = np.concatenate([a1, b1]), np.concatenate([a2, b2])
+    mu = float(np.mean(np.concatenate([first, second])))
+    icc = (float(np.mean(first * second)) - mu * mu) / (mu * (1 - mu)) if 0 < mu < 1 else None
     return PassDependence(
         questions=len(draws),
+        discordant_questions=discordant,
         accuracy_a=float(np.mean((a1 + a2) / 2.0)),
         accuracy_b=float(np.mean((b1 + b2) / 2.0)),
         discordance=disc,
@@ -145,8 +167,9 @@ def estimate_pass_dependence(
         ci_high=high,
         agree_within=float(np.mean(np.concatenate([a1 == a2, b1 == b2]))),
         agree_across=float(np.mean(a1 == b1)),
+        icc_within=icc,
         threshold=threshold,
-        verdict=classify(rho, high, threshold),
+        verdict=classify(rho, low, high, discordant, threshold),
     )
 
 

@@ -20,15 +20,8 @@ from trm_assets.llm.settings import Settings
 from trm_assets.llm.sim.provider import SimulatedProvider
 from trm_assets.llm.sim.server import SimServer
 from trm_assets.llm.sim.world import load_world
-from trm_bench.decoding import (
-    DEFAULT_PROMPTS,
-    VARIANT_LINE,
-    ProbeError,
-    load_inputs,
-    neutral_variant,
-    probe_temperature,
-    run_probe,
-)
+from trm_bench.decoding import DEFAULT_PROMPTS, probe_temperature, run_probe
+from trm_bench.decoding_inputs import VARIANT_LINE, ProbeError, load_inputs, neutral_variant
 from trm_bench.decoding_report import recommendation
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,7 +132,7 @@ def test_a_variant_with_a_cue_is_refused(tmp_path: Path) -> None:
     (tmp_path / skill).write_text(
         (DEFAULT_PROMPTS / "skills" / skill).read_text() + f"- {cue}\n", encoding="utf-8"
     )
-    inputs = load_inputs(cfg, 20, DEFAULT_PROMPTS, tmp_path)
+    inputs = load_inputs(cfg, 10, DEFAULT_PROMPTS, tmp_path)
     with pytest.raises(ProbeError, match="neutral change"):
         run_probe(inputs, build_providers(cfg.provider_spec()), [1.0])
     same = tmp_path / "same"
@@ -161,6 +154,11 @@ def test_command_line_json_and_errors() -> None:
         out["temperatures"][0]
     )
     assert out["configured_gate_fresh_temperature"] == 1.0
+    cfg = config("smoke")
+    direct = run_probe(
+        load_inputs(cfg, 40, DEFAULT_PROMPTS), build_providers(cfg.provider_spec()), [0.5, 1.0]
+    )
+    assert _without_wall(out) == _without_wall(direct)  # the command runs exactly this probe
     res = runner.invoke(main, [*args, "--temperature", "0"])
     assert res.exit_code == 2 and "0<x<=2" in res.output.replace(" ", "")
     res = runner.invoke(main, [*args[:-1], "500"])
@@ -187,3 +185,88 @@ def test_the_recommendation_follows_the_lowest_independent_temperature(
         "temperatures": [{"temperature": 0.3}, {"temperature": 1.0}],
     }
     assert says in recommendation(out)
+
+
+def _variant(tmp_path: Path, name: str, text: str) -> Path:
+    d = tmp_path / "variant"
+    d.mkdir(exist_ok=True)
+    (d / name).write_text(text, encoding="utf-8")
+    return d
+
+
+def test_a_variant_of_one_file_probes_only_the_questions_that_read_it(tmp_path: Path) -> None:
+    cfg = config("default")
+    skill = "counting-problem.md"
+    text = (DEFAULT_PROMPTS / "skills" / skill).read_text(encoding="utf-8")
+    d = _variant(tmp_path, skill, text.replace("# Counting Problem", "# Counting problems"))
+    inputs = load_inputs(cfg, 60, DEFAULT_PROMPTS, d)
+    assert inputs.task_types == ("Counting Problem",)
+    assert {q.task_type for q in inputs.questions} == {"Counting Problem"}
+    out = run_probe(inputs, build_providers(cfg.provider_spec()), [1.0])
+    assert out["variant"] == str(d) and out["task_types"] == ["Counting Problem"]
+    with pytest.raises(ProbeError, match=r"not-a-skill\.md not in the prompt set's skills"):
+        load_inputs(cfg, 10, DEFAULT_PROMPTS, _variant(tmp_path, "not-a-skill.md", "x\n"))
+
+
+def test_neutrality_compares_the_cues_both_texts_express(tmp_path: Path) -> None:
+    """A reworded title of a skill that already holds a cue is neutral; dropping the cue is
+    not (the old check scanned the whole file once it was no longer a substring)."""
+    cfg = config("smoke")
+    providers = build_providers(cfg.provider_spec())
+    skill = "ocr-problems.md"
+    text = (DEFAULT_PROMPTS / "skills" / skill).read_text(encoding="utf-8")
+    cue_line = "- Keep subtitles separate from on-screen text"
+    assert cue_line in text  # the seed skill expresses the cue ocr-not-subtitles
+    retitled = load_inputs(
+        cfg, 3, DEFAULT_PROMPTS, _variant(tmp_path, skill, text.replace("# OCR", "# On-screen"))
+    )
+    run_probe(retitled, providers, [1.0])  # accepted
+    dropped = "\n".join(line for line in text.splitlines() if not line.startswith(cue_line))
+    (tmp_path / "variant" / skill).write_text(dropped, encoding="utf-8")
+    inputs = load_inputs(cfg, 3, DEFAULT_PROMPTS, tmp_path / "variant")
+    with pytest.raises(ProbeError, match="adds or removes a cue"):
+        run_probe(inputs, providers, [1.0])
+
+
+def test_a_workspace_s_pools_keep_its_test_pool_out(tmp_path: Path) -> None:
+    """The config's split may differ from the workspace's (another seed, an older split): with
+    --workspace the probe reads the workspace's pools.json, read only."""
+    from trm_assets.domain.pools import make_pools, pools_to_dict
+
+    cfg = config("smoke")
+    own = build_pools(cfg, load_inputs(cfg, 10, DEFAULT_PROMPTS).dataset.questions)
+    # a workspace whose test pool is the config split's validation pool
+    ws_pools = make_pools(own.validation, own.test, own.diagnosis)
+    (tmp_path / "pools.json").write_text(json.dumps(pools_to_dict(ws_pools)), encoding="utf-8")
+    before = (tmp_path / "pools.json").read_bytes()
+    plain = {q.question_id for q in load_inputs(cfg, 100, DEFAULT_PROMPTS).questions}
+    assert plain & set(ws_pools.test)  # without it, the workspace's test questions are probed
+    inputs = load_inputs(cfg, 48, DEFAULT_PROMPTS, workspace=tmp_path)
+    assert not {q.question_id for q in inputs.questions} & set(ws_pools.test)
+    assert (tmp_path / "pools.json").read_bytes() == before
+    with pytest.raises(ProbeError, match=r"no pools\.json"):
+        load_inputs(cfg, 10, DEFAULT_PROMPTS, workspace=tmp_path / "nothing-here")
+
+
+def test_a_server_that_is_down_is_named_after_the_first_text() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again below: nothing listens there
+    cfg = config("smoke", "gate_passes=1")
+    spec = cfg.model_copy(update={"llm_provider": "openai"}).provider_spec()
+    settings = Settings(base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, timeout_s=2)
+    inputs = load_inputs(cfg, 10, DEFAULT_PROMPTS)
+    with pytest.raises(ProbeError, match=r"every rollout of text A failed; the first: .*onnect"):
+        run_probe(inputs, build_providers(spec, settings), [1.0])
+
+
+def test_another_draw_seed_draws_anew() -> None:
+    cfg = config("smoke")
+    providers = build_providers(cfg.provider_spec())
+    a = run_probe(load_inputs(cfg, 100, DEFAULT_PROMPTS), providers, [1.0])
+    b = run_probe(load_inputs(cfg, 100, DEFAULT_PROMPTS, draw_seed=1), providers, [1.0])
+    (ta,), (tb,) = a["temperatures"], b["temperatures"]
+    assert (ta["cross"], ta["discordance"]) != (tb["cross"], tb["discordance"])
+    assert ta["simulated_rho"] == tb["simulated_rho"]  # the same questions, new draws

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from trm_assets.domain.pass_dependence import (
     INDEPENDENT_MAX_CORRELATION,
     MAX_PASS_DEPENDENCE,
+    MIN_DISCORDANT_QUESTIONS,
     PassVerdict,
     QuestionDraws,
     classify,
@@ -99,14 +100,69 @@ def test_the_interval_covers_the_true_value() -> None:
 
 
 def test_classify_and_the_recommended_temperature() -> None:
-    t = MAX_PASS_DEPENDENCE
-    assert classify(0.05, t) is PassVerdict.INDEPENDENT
-    assert classify(0.05, t + 0.01) is PassVerdict.INCONCLUSIVE
-    assert classify(t + 0.01, t + 0.2) is PassVerdict.DEPENDENT
-    assert classify(None, None) is PassVerdict.NO_EVIDENCE
+    t, enough = MAX_PASS_DEPENDENCE, MIN_DISCORDANT_QUESTIONS
+    assert classify(0.05, -0.02, t, enough) is PassVerdict.INDEPENDENT
+    assert classify(0.05, -0.02, t, enough - 1) is PassVerdict.INCONCLUSIVE  # too few to trust
+    assert classify(0.05, -0.02, t + 0.01, enough) is PassVerdict.INCONCLUSIVE
+    # a point above the threshold is not enough to call it dependent: the interval must be
+    assert classify(t + 0.01, t - 0.01, t + 0.2, enough) is PassVerdict.INCONCLUSIVE
+    assert classify(t + 0.1, t + 0.01, t + 0.2, 3) is PassVerdict.DEPENDENT
+    assert classify(None, None, None, 0) is PassVerdict.NO_EVIDENCE
     i, d, n = PassVerdict.INDEPENDENT, PassVerdict.DEPENDENT, PassVerdict.INCONCLUSIVE
     assert lowest_independent_temperature([(0.3, d), (0.7, i), (1.0, i)]) == 0.7
     # a dependent temperature above an independent one cuts the range off there
     assert lowest_independent_temperature([(0.3, i), (0.7, n), (1.0, i)]) == 1.0
     assert lowest_independent_temperature([(0.3, i), (1.0, d)]) is None
     assert lowest_independent_temperature([]) is None
+
+
+def _worst_case_rows(
+    rng: np.random.Generator, live: int, dead: int, r: float
+) -> list[QuestionDraws]:
+    """GATE §10.2's worst case at latent correlation ``r`` on ``live`` questions (p = ½, the
+    texts independent: ρ_d = 2·arcsin(r)/π) and ``dead`` questions both texts always answer."""
+    za, zb = rng.standard_normal(live), rng.standard_normal(live)
+    a = [math.sqrt(r) * za + math.sqrt(1 - r) * rng.standard_normal(live) < 0 for _ in range(2)]
+    b = [math.sqrt(r) * zb + math.sqrt(1 - r) * rng.standard_normal(live) < 0 for _ in range(2)]
+    rows = [QuestionDraws(*map(bool, (a[0][i], a[1][i], b[0][i], b[1][i]))) for i in range(live)]
+    return rows + [QuestionDraws(True, True, True, True)] * dead
+
+
+@pytest.mark.parametrize("live", [10, 60, 200])
+def test_at_the_threshold_few_probes_call_it_independent(live: int) -> None:
+    """At ρ_d = the threshold, "independent" is a false verdict: the rule keeps it near the
+    interval's 2.5% whatever the number of questions that ever disagree (with 10 such questions
+    the percentile interval alone said so in 14% of probes)."""
+    rng = np.random.default_rng(live)
+    reps, wrong = 300, 0
+    for _ in range(reps):
+        est = estimate_pass_dependence(
+            _worst_case_rows(rng, live, 50, INDEPENDENT_MAX_CORRELATION), rng, resamples=400
+        )
+        wrong += est.verdict is PassVerdict.INDEPENDENT
+    assert wrong / reps <= 0.05, wrong
+
+
+def test_a_replay_at_half_correlation_is_called_dependent_with_enough_questions() -> None:
+    rng = np.random.default_rng(3)
+    est = estimate_pass_dependence(_worst_case_rows(rng, 600, 0, 0.5), rng, resamples=400)
+    assert est.rho is not None and abs(est.rho - 2 * math.asin(0.5) / math.pi) < 0.13  # 3 SD
+    assert est.verdict is PassVerdict.DEPENDENT
+
+
+def test_icc_within_bounds_rho_for_an_edit_that_moves_every_answer() -> None:
+    """In the worst case (texts independent, p = ½) ρ_d and the one-text correlation agree; a
+    replay has both at 1; fresh draws at one probability have the correlation near 0."""
+    rng = np.random.default_rng(9)
+    est = estimate_pass_dependence(_worst_case_rows(rng, 4000, 0, 0.5), rng, resamples=50)
+    assert est.rho is not None and est.icc_within is not None
+    assert abs(est.icc_within - est.rho) < 0.05 and abs(est.rho - 1 / 3) < 0.05
+    rows = [QuestionDraws(a, a, b, b) for a, b in [(True, False), (False, True), (True, True)] * 9]
+    replay = estimate_pass_dependence(rows, rng, resamples=50)
+    assert replay.icc_within == pytest.approx(1.0)
+    coin = rng.random((4, 4000)) < 0.4
+    fresh = estimate_pass_dependence(
+        [QuestionDraws(*map(bool, coin[:, i])) for i in range(4000)], rng, resamples=50
+    )
+    assert fresh.icc_within is not None and abs(fresh.icc_within) < 0.04
+    assert estimate_pass_dependence([QuestionDraws(True, True, True, True)], rng).icc_within is None

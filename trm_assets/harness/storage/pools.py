@@ -43,20 +43,23 @@ def build_or_load_pools(
     """Reuse ``path`` when it exists (refusing an old/invalid format or unknown ids), else split
     and write it atomically."""
     if path is not None and path.exists():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise DataFormatError(
-                str(path), f"line {e.lineno}", None, f"valid JSON ({e.msg})"
-            ) from e
-        if not isinstance(data, dict):
-            raise DataFormatError(str(path), None, None, "a JSON object")
-        pools = pools_from_dict(data, str(path))
-        check_pools_cover(pools, questions)
-        return pools
+        return load_pools(path, questions)
     pools = build_pools(cfg, questions)
     if path is not None:
         atomic_write_json(path, pools_to_dict(pools))
+    return pools
+
+
+def load_pools(path: Path, questions: tuple[Question, ...]) -> Pools:
+    """A workspace's ``pools.json``, read only (refusing an old/invalid format or unknown ids)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataFormatError(str(path), f"line {e.lineno}", None, f"valid JSON ({e.msg})") from e
+    if not isinstance(data, dict):
+        raise DataFormatError(str(path), None, None, "a JSON object")
+    pools = pools_from_dict(data, str(path))
+    check_pools_cover(pools, questions)
     return pools
 
 
