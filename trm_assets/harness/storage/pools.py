@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from trm_assets.domain.pools import (
 from trm_assets.domain.question import Question
 from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.data.rng import rng_for
-from trm_assets.harness.storage.atomic import atomic_write_json
+from trm_assets.harness.storage.atomic import atomic_write_json, read_json_object
 
 
 def build_pools(cfg: RunConfig, questions: tuple[Question, ...]) -> Pools:
@@ -52,12 +51,9 @@ def build_or_load_pools(
 
 def load_pools(path: Path, questions: tuple[Question, ...]) -> Pools:
     """A workspace's ``pools.json``, read only (refusing an old/invalid format or unknown ids)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise DataFormatError(str(path), f"line {e.lineno}", None, f"valid JSON ({e.msg})") from e
-    if not isinstance(data, dict):
-        raise DataFormatError(str(path), None, None, "a JSON object")
+    data = read_json_object(path)
+    if data is None:
+        raise DataFormatError(str(path), None, None, "an existing pools file")
     pools = pools_from_dict(data, str(path))
     check_pools_cover(pools, questions)
     return pools
