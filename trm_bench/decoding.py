@@ -54,7 +54,7 @@ from trm_bench.decoding_inputs import (
     check_variant_is_neutral,
     load_inputs,
 )
-from trm_bench.decoding_report import format_report
+from trm_bench.decoding_report import fmt, format_report
 
 REPO: Final = Path(__file__).resolve().parents[1]
 DEFAULT_PROMPTS: Final = REPO / "prompts"
@@ -221,10 +221,16 @@ def run_probe(
 ) -> dict[str, Any]:
     """The probe at every temperature and the recommendation (the ``--json`` object)."""
     check_variant_is_neutral(inputs, providers)
-    probes = [
-        probe_temperature(inputs, providers, t, progress=progress)
-        for t in sorted(set(temperatures))
-    ]
+    probes = []
+    for t in sorted(set(temperatures)):
+        probe = probe_temperature(inputs, providers, t, progress=progress)
+        probes.append(probe)
+        if progress is not None:  # a slow server: each temperature's result as soon as it is in
+            e = probe.estimate
+            progress(
+                f"T={t:g}: ρ_d = {fmt(e.rho)} [{fmt(e.ci_low)}, {fmt(e.ci_high)}], "
+                f"{e.discordant_questions} discordant questions: {e.verdict}"
+            )
     lowest = lowest_independent_temperature([(p.temperature, p.estimate.verdict) for p in probes])
     return {
         "provider": providers.label(),

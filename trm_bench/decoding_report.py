@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def _fmt(x: float | None, spec: str = ".3f") -> str:
+def fmt(x: float | None, spec: str = ".3f") -> str:
     return "n/a" if x is None else format(x, spec)
 
 
@@ -23,11 +23,11 @@ def format_report(out: Mapping[str, Any]) -> str:
         f"{'sim ρ_d':>8} {'ICC':>6}  verdict",
     ]
     for t in out["temperatures"]:
-        ci = f"[{_fmt(t['ci_low'])}, {_fmt(t['ci_high'])}]"
+        ci = f"[{fmt(t['ci_low'])}, {fmt(t['ci_high'])}]"
         lines.append(
             f"{t['temperature']:>5g} {t['accuracy_a']:>6.3f} {t['accuracy_b']:>6.3f} "
-            f"{t['discordance']:>6.3f} {_fmt(t['rho']):>7} {ci:>17} "
-            f"{_fmt(t['simulated_rho']):>8} {_fmt(t['icc_within']):>6}  {t['verdict']}"
+            f"{t['discordance']:>6.3f} {fmt(t['rho']):>7} {ci:>17} "
+            f"{fmt(t['simulated_rho']):>8} {fmt(t['icc_within']):>6}  {t['verdict']}"
             + f" ({t['discordant_questions']} discordant questions"
             + (f", {t['dropped']} without an outcome)" if t["dropped"] else ")")
         )

@@ -159,6 +159,8 @@ def test_command_line_json_and_errors() -> None:
         load_inputs(cfg, 40, DEFAULT_PROMPTS), build_providers(cfg.provider_spec()), [0.5, 1.0]
     )
     assert _without_wall(out) == _without_wall(direct)  # the command runs exactly this probe
+    first = out["temperatures"][0]
+    assert f"T=0.5: ρ_d = {first['rho']:.3f} [{first['ci_low']:.3f}, " in res.stderr
     res = runner.invoke(main, [*args, "--temperature", "0"])
     assert res.exit_code == 2 and "0<x<=2" in res.output.replace(" ", "")
     res = runner.invoke(main, [*args[:-1], "500"])
