@@ -36,9 +36,11 @@ import click
 from trm_assets.agent.tools import Toolbox
 from trm_assets.cli.support import fail_on_trm_error
 from trm_assets.domain.pass_dependence import (
+    INDEPENDENT_MAX_CORRELATION,
     MAX_PASS_DEPENDENCE,
     MIN_DISCORDANT_QUESTIONS,
     PassDependence,
+    PassVerdict,
     QuestionDraws,
     estimate_pass_dependence,
     lowest_independent_temperature,
@@ -49,6 +51,7 @@ from trm_assets.harness.loop.rollouts import InferenceProgress, InferenceResult,
 from trm_assets.llm.factory import build_providers
 from trm_assets.llm.providers import Providers
 from trm_bench.decoding_inputs import (
+    DEFAULT_QUESTIONS,
     ProbeError,
     ProbeInputs,
     check_variant_is_neutral,
@@ -58,7 +61,6 @@ from trm_bench.decoding_report import fmt, format_report
 
 REPO: Final = Path(__file__).resolve().parents[1]
 DEFAULT_PROMPTS: Final = REPO / "prompts"
-DEFAULT_QUESTIONS: Final = 300
 DEFAULT_TEMPERATURES: Final = (0.3, 0.7, 1.0)
 PASSES: Final = 2
 HEARTBEAT_S: Final = 30.0
@@ -146,6 +148,13 @@ def simulated_truth(
     return cross / disc if disc > 0 else None
 
 
+def _config_refuses(inputs: ProbeInputs, providers: Providers, temperature: float) -> bool:
+    """The simulated world's draws at ``temperature`` correlate above the bound the config check
+    holds them to (the least favourable edit moves every answer): never recommended there."""
+    r = _simulated_r(inputs, providers, temperature)
+    return r is not None and r > INDEPENDENT_MAX_CORRELATION
+
+
 def _simulated_r(inputs: ProbeInputs, providers: Providers, temperature: float) -> float | None:
     """The simulator's latent correlation r(T) of two draws of one prompt (None: a real model)."""
     if providers.oracle is None:
@@ -231,7 +240,16 @@ def run_probe(
                 f"T={t:g}: ρ_d = {fmt(e.rho)} [{fmt(e.ci_low)}, {fmt(e.ci_high)}], "
                 f"{e.discordant_questions} discordant questions: {e.verdict}"
             )
-    lowest = lowest_independent_temperature([(p.temperature, p.estimate.verdict) for p in probes])
+    refused = {p.temperature: _config_refuses(inputs, providers, p.temperature) for p in probes}
+    lowest = lowest_independent_temperature(
+        [  # a temperature the config check refuses for this world is never recommended
+            (
+                p.temperature,
+                PassVerdict.INCONCLUSIVE if refused[p.temperature] else p.estimate.verdict,
+            )
+            for p in probes
+        ]
+    )
     return {
         "provider": providers.label(),
         "questions": len(inputs.questions),
@@ -251,6 +269,7 @@ def run_probe(
                 "wall_s": round(p.wall_s, 3),
                 "simulated_rho": p.truth,
                 "simulated_r": _simulated_r(inputs, providers, p.temperature),
+                "config_refuses": refused[p.temperature],
             }
             for p in probes
         ],
@@ -274,9 +293,9 @@ def run_probe(
     "--questions",
     "n_questions",
     type=click.IntRange(min=10),
-    default=DEFAULT_QUESTIONS,
-    show_default=True,
-    help="Questions per temperature (4 rollouts each).",
+    default=None,
+    help=f"Questions per temperature, 4 rollouts each (default {DEFAULT_QUESTIONS}, or all the "
+    "variant's questions if fewer).",
 )
 @click.option(
     "--prompts-dir",
@@ -313,7 +332,7 @@ def cli(
     config_path: str | None,
     overrides: tuple[str, ...],
     temperatures: tuple[float, ...],
-    n_questions: int,
+    n_questions: int | None,
     prompts_dir: Path,
     variant_skills: Path | None,
     workspace: Path | None,

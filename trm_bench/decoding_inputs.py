@@ -31,6 +31,7 @@ from trm_assets.llm.sim.oracle import load_skills
 
 #: Text B's change: one line restating the default strategy (no cue, no harmful directive of
 #: the simulated catalogue: checked on every simulated run).
+DEFAULT_QUESTIONS: Final = 300
 VARIANT_LINE: Final = "- Read all four options before you choose one."
 
 
@@ -84,13 +85,16 @@ def changed_task_types(
 
 
 def probe_questions(
-    cfg: RunConfig, dataset: Dataset, n: int, task_types: Sequence[str], pools: Pools
+    cfg: RunConfig, dataset: Dataset, n: int | None, task_types: Sequence[str], pools: Pools
 ) -> tuple[Question, ...]:
     """``n`` questions of ``task_types`` in the validation and diagnosis pools (never the test
-    pool), in a seeded order (``rng_for(seed, "decoding-probe")``)."""
+    pool), in a seeded order (``rng_for(seed, "decoding-probe")``); None: up to
+    :data:`DEFAULT_QUESTIONS`, as many as there are."""
     by_id = dataset.by_id()
     wanted = set(task_types)
     ids = sorted(q for q in {*pools.validation, *pools.diagnosis} if by_id[q].task_type in wanted)
+    if n is None:
+        n = min(DEFAULT_QUESTIONS, len(ids))
     if n > len(ids):
         raise ProbeError(
             f"--questions {n}: the split has {len(ids)} validation and diagnosis questions whose "
@@ -103,7 +107,7 @@ def probe_questions(
 
 def load_inputs(
     cfg: RunConfig,
-    n: int,
+    n: int | None,
     prompts_dir: Path,
     variant_dir: Path | None = None,
     *,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trm_assets.domain.pass_dependence import INDEPENDENT_MAX_CORRELATION
+
 
 def fmt(x: float | None, spec: str = ".3f") -> str:
     return "n/a" if x is None else format(x, spec)
@@ -16,7 +18,7 @@ def format_report(out: Mapping[str, Any]) -> str:
         f"{len(out['task_types'])} task types), two passes each of the prompt set's skills (A) "
         f"and a variant (B): {out['variant']}",
         f"threshold ρ_d ≤ {out['threshold']:.3f} (the worst case at latent correlation 0.25); "
-        f"'independent' needs its 95% upper bound below it and at least "
+        f"'independent' needs its 95% upper bound at most that and at least "
         f"{out['min_discordant_questions']} questions with a discordant pair",
         "",
         f"{'T':>5} {'acc A':>6} {'acc B':>6} {'disc':>6} {'ρ_d':>7} {'95% CI':>17} "
@@ -32,13 +34,14 @@ def format_report(out: Mapping[str, Any]) -> str:
             + (f", {t['dropped']} without an outcome)" if t["dropped"] else ")")
         )
     lines += ["", recommendation(out)]
-    replayed = [t["temperature"] for t in out["temperatures"] if (t["simulated_r"] or 0) > 0.25]
+    replayed = [t["temperature"] for t in out["temperatures"] if t["config_refuses"]]
     if replayed:
         lines.append(
-            f"note: the simulated world's own draws correlate above r = 0.25 at T = "
-            f"{', '.join(f'{t:g}' for t in replayed)} (sim.temperature_scale): the config check "
-            "refuses gate_fresh_temperature there whatever this variant shows (the least "
-            "favourable edit moves every answer)"
+            f"note: the simulated world's own draws correlate above r = "
+            f"{INDEPENDENT_MAX_CORRELATION} at T = {', '.join(f'{t:g}' for t in replayed)} "
+            "(sim.temperature_scale): the config check refuses repeated passes there whatever "
+            "this variant shows (the least favourable edit moves every answer), so the "
+            "recommendation leaves them out"
         )
     return "\n".join(lines)
 
@@ -47,12 +50,24 @@ def recommendation(out: Mapping[str, Any]) -> str:
     """What the probe says about ``gate_fresh_temperature`` (the config's value beside it)."""
     lowest, now = out["gate_fresh_temperature"], out["configured_gate_fresh_temperature"]
     if lowest is None:
-        top = max(t["temperature"] for t in out["temperatures"])
+        top = max(out["temperatures"], key=lambda t: t["temperature"])
+        reasons = {
+            "dependent": "keep gate_fresh_temperature above every temperature the agent runs "
+            "at, so the gate runs one uniform pass",
+            "inconclusive": "probe it with more questions in one planned look (each new look, "
+            "e.g. with another --draw-seed, is another chance of a false 'independent')",
+            "no evidence": "the texts never disagreed there: probe with a variant that changes "
+            "answers (--variant-skills)",
+        }
+        why = (
+            "the config check refuses repeated passes there for this simulated world"
+            if top["config_refuses"]
+            else reasons[str(top["verdict"])]
+        )
         return (
-            f"recommendation: no probed temperature up to {top:g} is shown independent; keep "
-            f"gate_fresh_temperature (now {now:g}) above the agent temperature, so the gate runs "
-            "one uniform pass, or probe again with more questions where the verdict is "
-            "inconclusive"
+            f"recommendation: none (now {now:g}) — repeated passes need every probed temperature "
+            f"from the threshold up to be independent, and T = {top['temperature']:g} is "
+            f"{top['verdict']}: {why}"
         )
     if now < lowest:
         return (

@@ -78,10 +78,10 @@ class PassDependence:
     (``ci_low``, ``ci_high``; None likewise); ``discordant_questions`` = questions with a
     discordant pair in either pass. ``agree_within`` = share of questions whose two
     passes of one text agree (both texts pooled), ``agree_across`` = share whose first passes of
-    the two texts agree. ``icc_within`` = the correlation of one text's two passes (both texts
-    pooled; None when every answer is the same): ρ_d's value for an edit that moves every
-    answer independently of the old one with the same sharpness, hence an upper bound on it
-    over edits, but also counting the questions' own spread of difficulty."""
+    the two texts agree. ``icc_within`` = the correlation of one text's two passes around its own
+    mean, averaged over the two texts (None when neither varies): how sharp the sampler is,
+    including the questions' own spread of difficulty; context for ρ_d, not a bound on it (an
+    edit that reverses a question's lean repeats more than the sampler does)."""
 
     questions: int
     discordant_questions: int
@@ -105,6 +105,15 @@ def _columns(draws: Sequence[QuestionDraws]) -> np.ndarray:
 
 def _ratio(d1: np.ndarray, d2: np.ndarray) -> tuple[float, float]:
     return float(np.mean(d1 * d2)), float(np.mean((d1 * d1 + d2 * d2) / 2.0))
+
+
+def _pass_correlation(x1: np.ndarray, x2: np.ndarray) -> float | None:
+    """The correlation of one text's two passes around that text's own mean (None when every
+    answer of the text is the same)."""
+    mu = float(np.mean(np.concatenate([x1, x2])))
+    if not 0 < mu < 1:
+        return None
+    return (float(np.mean(x1 * x2)) - mu * mu) / (mu * (1 - mu))
 
 
 def classify(
@@ -152,9 +161,8 @@ def estimate_pass_dependence(
         tail = (1.0 - CONFIDENCE) / 2.0
         low, high = (float(v) for v in np.quantile(ratios, [tail, 1.0 - tail]))
     discordant = int(np.count_nonzero((d1 != 0) | (d2 != 0)))
-    first, second = np.concatenate([a1, b1]), np.concatenate([a2, b2])
-    mu = float(np.mean(np.concatenate([first, second])))
-    icc = (float(np.mean(first * second)) - mu * mu) / (mu * (1 - mu)) if 0 < mu < 1 else None
+    iccs = [c for c in (_pass_correlation(a1, a2), _pass_correlation(b1, b2)) if c is not None]
+    icc = sum(iccs) / len(iccs) if iccs else None
     return PassDependence(
         questions=len(draws),
         discordant_questions=discordant,

@@ -4,6 +4,7 @@ the test pool, the same over real HTTP, and its command line."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from trm_assets.llm.sim.server import SimServer
 from trm_assets.llm.sim.world import load_world
 from trm_bench.decoding import DEFAULT_PROMPTS, probe_temperature, run_probe
 from trm_bench.decoding_inputs import VARIANT_LINE, ProbeError, load_inputs, neutral_variant
-from trm_bench.decoding_report import recommendation
+from trm_bench.decoding_report import format_report, recommendation
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "data" / "configs"
@@ -169,24 +170,46 @@ def test_command_line_json_and_errors() -> None:
     assert text.exit_code == 0 and "recommendation:" in text.stdout
 
 
-@pytest.mark.parametrize(
-    ("lowest", "now", "says"),
-    [
-        (None, 1.0, "no probed temperature up to 1 is shown independent"),
-        (1.0, 0.7, "raise gate_fresh_temperature to 1 (now 0.7)"),
-        (0.3, 1.0, "gate_fresh_temperature: 0.3 is supported (now 1)"),
-        (0.7, 0.7, "gate_fresh_temperature: 0.7 is supported (now 0.7)"),
-    ],
-)
-def test_the_recommendation_follows_the_lowest_independent_temperature(
-    lowest: float | None, now: float, says: str
-) -> None:
-    out = {
+def _out(lowest: float | None, now: float, top: str, refused: bool = False) -> dict[str, Any]:
+    rows = [("independent", False), (top, refused)]
+    return {
         "gate_fresh_temperature": lowest,
         "configured_gate_fresh_temperature": now,
-        "temperatures": [{"temperature": 0.3}, {"temperature": 1.0}],
+        "temperatures": [
+            {"temperature": t, "verdict": v, "config_refuses": r}
+            for t, (v, r) in zip((0.3, 1.0), rows, strict=True)
+        ],
     }
+
+
+@pytest.mark.parametrize(
+    ("out", "says"),
+    [
+        (_out(1.0, 0.7, "independent"), "raise gate_fresh_temperature to 1 (now 0.7)"),
+        (_out(0.3, 1.0, "independent"), "gate_fresh_temperature: 0.3 is supported (now 1)"),
+        (_out(0.7, 0.7, "independent"), "gate_fresh_temperature: 0.7 is supported (now 0.7)"),
+        (_out(None, 1.0, "dependent"), "T = 1 is dependent: keep gate_fresh_temperature above"),
+        (_out(None, 1.0, "inconclusive"), "T = 1 is inconclusive: probe it with more questions"),
+        (_out(None, 1.0, "no evidence"), "the texts never disagreed there"),
+        (_out(None, 1.0, "independent", True), "the config check refuses repeated passes"),
+    ],
+)
+def test_the_recommendation_names_why(out: dict[str, Any], says: str) -> None:
     assert says in recommendation(out)
+
+
+def test_a_simulated_world_the_config_check_refuses_is_never_recommended() -> None:
+    """Texts without a per-question effect and a sampler that replays (τ = 1 at T = 0.5: r =
+    0.78): the neutral variant shows no dependence, the config check refuses the world there."""
+    cfg = config("default", "sim.temperature_scale=1", "gate_fresh_temperature=1.5")
+    out = run_probe(
+        load_inputs(cfg, 300, DEFAULT_PROMPTS), build_providers(cfg.provider_spec()), [0.5, 2.0]
+    )
+    low, high = out["temperatures"]
+    assert low["config_refuses"] and not high["config_refuses"]
+    assert low["simulated_r"] == pytest.approx(math.exp(-0.25))
+    assert out["gate_fresh_temperature"] in (None, 2.0)
+    assert "the config check refuses repeated passes there" in format_report(out)
 
 
 def _variant(tmp_path: Path, name: str, text: str) -> Path:

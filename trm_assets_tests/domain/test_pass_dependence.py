@@ -150,9 +150,10 @@ def test_a_replay_at_half_correlation_is_called_dependent_with_enough_questions(
     assert est.verdict is PassVerdict.DEPENDENT
 
 
-def test_icc_within_bounds_rho_for_an_edit_that_moves_every_answer() -> None:
+def test_icc_within_is_each_text_s_own_pass_correlation() -> None:
     """In the worst case (texts independent, p = ½) ρ_d and the one-text correlation agree; a
-    replay has both at 1; fresh draws at one probability have the correlation near 0."""
+    replay has it at 1; fresh draws have it near 0 even when the texts' accuracies differ (each
+    text around its own mean: pooled, a 0.3 gap alone gave 0.10)."""
     rng = np.random.default_rng(9)
     est = estimate_pass_dependence(_worst_case_rows(rng, 4000, 0, 0.5), rng, resamples=50)
     assert est.rho is not None and est.icc_within is not None
@@ -160,9 +161,12 @@ def test_icc_within_bounds_rho_for_an_edit_that_moves_every_answer() -> None:
     rows = [QuestionDraws(a, a, b, b) for a, b in [(True, False), (False, True), (True, True)] * 9]
     replay = estimate_pass_dependence(rows, rng, resamples=50)
     assert replay.icc_within == pytest.approx(1.0)
-    coin = rng.random((4, 4000)) < 0.4
+    a = rng.random((2, 4000)) < 0.7
+    b = rng.random((2, 4000)) < 0.4
     fresh = estimate_pass_dependence(
-        [QuestionDraws(*map(bool, coin[:, i])) for i in range(4000)], rng, resamples=50
+        [QuestionDraws(*map(bool, (a[0, i], a[1, i], b[0, i], b[1, i]))) for i in range(4000)],
+        rng,
+        resamples=50,
     )
     assert fresh.icc_within is not None and abs(fresh.icc_within) < 0.04
     assert estimate_pass_dependence([QuestionDraws(True, True, True, True)], rng).icc_within is None
