@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -75,7 +74,14 @@ class TemperatureProbe:
     dropped: int  # questions left out: a rollout without an outcome (infrastructure failure)
     rollouts: int
     wall_s: float
+    simulated_r: float | None  # the simulator's r(T) (None with a real model)
     truth: float | None  # the simulator's ρ_d on the same questions (None with a real model)
+
+    @property
+    def config_refuses(self) -> bool:
+        """The simulated world's draws correlate above the bound the config check holds them to
+        (the least favourable edit moves every answer): never recommended here."""
+        return self.simulated_r is not None and self.simulated_r > INDEPENDENT_MAX_CORRELATION
 
 
 def _rollouts(
@@ -125,43 +131,37 @@ def question_draws(
     return kept, len(out) - len(kept)
 
 
-def simulated_truth(
-    inputs: ProbeInputs, providers: Providers, qids: Sequence[str], temperature: float
-) -> float | None:
-    """ρ_d the simulator implies on ``qids`` at ``temperature`` (None with a real model)."""
-    if providers.oracle is None:
-        return None
-    from trm_assets.llm.sim.decoding import draw_correlation, pass_dependence_truth
-
-    prompts = inputs.prompts
-    kw: dict[str, Any] = {
-        "system_prompt": prompts.system,
-        "tool_descriptions": [
-            prompts.tool_descriptions[k] for k in sorted(prompts.tool_descriptions)
-        ],
-        "skill_mode": inputs.cfg.skill_mode,
-    }
-    p_a = providers.oracle.expected_by_question(list(qids), inputs.skills_a, **kw)
-    p_b = providers.oracle.expected_by_question(list(qids), inputs.skills_b, **kw)
-    r = draw_correlation(inputs.cfg.sim, temperature)
-    cross, disc = pass_dependence_truth(((p_a[q], p_b[q]) for q in qids), r)
-    return cross / disc if disc > 0 else None
-
-
-def _config_refuses(inputs: ProbeInputs, providers: Providers, temperature: float) -> bool:
-    """The simulated world's draws at ``temperature`` correlate above the bound the config check
-    holds them to (the least favourable edit moves every answer): never recommended there."""
-    r = _simulated_r(inputs, providers, temperature)
-    return r is not None and r > INDEPENDENT_MAX_CORRELATION
-
-
-def _simulated_r(inputs: ProbeInputs, providers: Providers, temperature: float) -> float | None:
+def simulated_r(inputs: ProbeInputs, providers: Providers, temperature: float) -> float | None:
     """The simulator's latent correlation r(T) of two draws of one prompt (None: a real model)."""
     if providers.oracle is None:
         return None
     from trm_assets.llm.sim.decoding import draw_correlation
 
     return draw_correlation(inputs.cfg.sim, temperature)
+
+
+def simulated_truth(
+    inputs: ProbeInputs, providers: Providers, qids: Sequence[str], r: float | None
+) -> float | None:
+    """ρ_d the simulator implies on ``qids`` when its draws correlate ``r`` (None with a real
+    model)."""
+    if providers.oracle is None or r is None:
+        return None
+    from trm_assets.llm.sim.decoding import pass_dependence_truth
+
+    prompts, mode = inputs.prompts, inputs.cfg.skill_mode
+    p_a, p_b = (
+        providers.oracle.expected_by_question(
+            list(qids),
+            skills,
+            system_prompt=prompts.system,
+            tool_descriptions=prompts.tool_texts(),
+            skill_mode=mode,
+        )
+        for skills in (inputs.skills_a, inputs.skills_b)
+    )
+    cross, disc = pass_dependence_truth(((p_a[q], p_b[q]) for q in qids), r)
+    return cross / disc if disc > 0 else None
 
 
 def _reporter(label: str, progress: Progress | None) -> Callable[[InferenceProgress], None] | None:
@@ -211,13 +211,15 @@ def probe_temperature(
     estimate = estimate_pass_dependence(
         [d for _, d in kept], rng_for(inputs.cfg.seed, "decoding-probe-bootstrap", str(temperature))
     )
+    r = simulated_r(inputs, providers, temperature)
     return TemperatureProbe(
         temperature=temperature,
         estimate=estimate,
         dropped=dropped,
         rollouts=sum(len(r.predictions) for r in results),
         wall_s=time.perf_counter() - t0,
-        truth=simulated_truth(inputs, providers, [q for q, _ in kept], temperature),
+        simulated_r=r,
+        truth=simulated_truth(inputs, providers, [q for q, _ in kept], r),
     )
 
 
@@ -240,13 +242,9 @@ def run_probe(
                 f"T={t:g}: ρ_d = {fmt(e.rho)} [{fmt(e.ci_low)}, {fmt(e.ci_high)}], "
                 f"{e.discordant_questions} discordant questions: {e.verdict}"
             )
-    refused = {p.temperature: _config_refuses(inputs, providers, p.temperature) for p in probes}
     lowest = lowest_independent_temperature(
         [  # a temperature the config check refuses for this world is never recommended
-            (
-                p.temperature,
-                PassVerdict.INCONCLUSIVE if refused[p.temperature] else p.estimate.verdict,
-            )
+            (p.temperature, PassVerdict.INCONCLUSIVE if p.config_refuses else p.estimate.verdict)
             for p in probes
         ]
     )
@@ -268,8 +266,8 @@ def run_probe(
                 "rollouts": p.rollouts,
                 "wall_s": round(p.wall_s, 3),
                 "simulated_rho": p.truth,
-                "simulated_r": _simulated_r(inputs, providers, p.temperature),
-                "config_refuses": refused[p.temperature],
+                "simulated_r": p.simulated_r,
+                "config_refuses": p.config_refuses,
             }
             for p in probes
         ],
@@ -355,4 +353,3 @@ def cli(
         progress=lambda m: click.echo(m, err=True),
     )
     click.echo(json.dumps(out) if as_json else format_report(out))
-    sys.stdout.flush()

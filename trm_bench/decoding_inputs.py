@@ -70,18 +70,23 @@ def _read_skills(directory: Path) -> dict[str, str]:
     return skills
 
 
+def skill_texts(skills: Mapping[str, str], task_type: str, skill_mode: SkillMode) -> list[str]:
+    """The skill texts a question of ``task_type`` reads."""
+    return [skills[f] for f in active_skill_files(task_type, skills, skill_mode)]
+
+
 def changed_task_types(
-    inputs_a: Mapping[str, str],
-    inputs_b: Mapping[str, str],
+    skills_a: Mapping[str, str],
+    skills_b: Mapping[str, str],
     task_types: Sequence[str],
     skill_mode: SkillMode,
 ) -> tuple[str, ...]:
     """The task types whose questions read a different skill text under B than under A."""
-
-    def texts(skills: Mapping[str, str], task_type: str) -> list[str]:
-        return [skills[f] for f in active_skill_files(task_type, skills, skill_mode)]
-
-    return tuple(t for t in task_types if texts(inputs_a, t) != texts(inputs_b, t))
+    return tuple(
+        t
+        for t in task_types
+        if skill_texts(skills_a, t, skill_mode) != skill_texts(skills_b, t, skill_mode)
+    )
 
 
 def probe_questions(
@@ -161,10 +166,7 @@ def check_variant_is_neutral(inputs: ProbeInputs, providers: Providers) -> None:
         return
     world, mode = providers.oracle.world, inputs.cfg.skill_mode
     for task_type in inputs.task_types:
-        a, b = (
-            [s[f] for f in active_skill_files(task_type, s, mode)]
-            for s in (inputs.skills_a, inputs.skills_b)
-        )
+        a, b = (skill_texts(s, task_type, mode) for s in (inputs.skills_a, inputs.skills_b))
         if world.cues_expressed(task_type, a) != world.cues_expressed(
             task_type, b
         ) or world.harm_present(task_type, a) != world.harm_present(task_type, b):

@@ -17,7 +17,8 @@ def format_report(out: Mapping[str, Any]) -> str:
         f"{out['provider']}, {out['questions']} questions (validation + diagnosis pools, "
         f"{len(out['task_types'])} task types), two passes each of the prompt set's skills (A) "
         f"and a variant (B): {out['variant']}",
-        f"threshold ρ_d ≤ {out['threshold']:.3f} (the worst case at latent correlation 0.25); "
+        f"threshold ρ_d ≤ {out['threshold']:.3f} (the worst case at latent correlation "
+        f"{INDEPENDENT_MAX_CORRELATION}); "
         f"'independent' needs its 95% upper bound at most that and at least "
         f"{out['min_discordant_questions']} questions with a discordant pair",
         "",

@@ -234,7 +234,7 @@ class Oracle:
 
     def _prompts(self, prompts_version: str) -> tuple[str, list[str]]:
         p = self.ctx.agent_prompts(prompts_version)
-        return p.system, [p.tool_descriptions[k] for k in sorted(p.tool_descriptions)]
+        return p.system, p.tool_texts()
 
     def texts_read(
         self, task_type: str, skills: Mapping[str, str], prompts_version: str

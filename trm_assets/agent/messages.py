@@ -77,6 +77,11 @@ class AgentPrompts:
     def __post_init__(self) -> None:
         check_user_template(self.user_template, f"{self.source}/{USER_PROMPT_FILE}")
 
+    def tool_texts(self) -> list[str]:
+        """The tool descriptions in tool-name order (what a simulated oracle reads beside the
+        system prompt)."""
+        return [self.tool_descriptions[k] for k in sorted(self.tool_descriptions)]
+
 
 def check_user_template(template: str, source: str = USER_PROMPT_FILE) -> None:
     """Refuse a user template that misses a required placeholder or uses an unknown one."""

@@ -103,8 +103,9 @@ def _columns(draws: Sequence[QuestionDraws]) -> np.ndarray:
     return np.array([[d.a1, d.a2, d.b1, d.b2] for d in draws], dtype=np.float64).reshape(-1, 4)
 
 
-def _ratio(d1: np.ndarray, d2: np.ndarray) -> tuple[float, float]:
-    return float(np.mean(d1 * d2)), float(np.mean((d1 * d1 + d2 * d2) / 2.0))
+def _moments(d1: np.ndarray, d2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(E[d₁d₂], E[d²]) over the last axis: of the questions, or of each bootstrap resample."""
+    return np.mean(d1 * d2, axis=-1), np.mean((d1 * d1 + d2 * d2) / 2.0, axis=-1)
 
 
 def _pass_correlation(x1: np.ndarray, x2: np.ndarray) -> float | None:
@@ -150,13 +151,12 @@ def estimate_pass_dependence(
     x = _columns(draws)
     a1, a2, b1, b2 = x.T
     d1, d2 = b1 - a1, b2 - a2
-    cross, disc = _ratio(d1, d2)
+    cross, disc = (float(v) for v in _moments(d1, d2))
     rho = cross / disc if disc > 0 else None
     low = high = None
     if rho is not None:
         idx = rng.integers(0, len(draws), size=(resamples, len(draws)))
-        num = np.mean(d1[idx] * d2[idx], axis=1)
-        den = np.mean((d1[idx] ** 2 + d2[idx] ** 2) / 2.0, axis=1)
+        num, den = _moments(d1[idx], d2[idx])
         ratios = num[den > 0] / den[den > 0]
         tail = (1.0 - CONFIDENCE) / 2.0
         low, high = (float(v) for v in np.quantile(ratios, [tail, 1.0 - tail]))

@@ -451,9 +451,7 @@ class LoopContext:
             list(qids),
             self.skills(skills_version),
             system_prompt=prompts.system,
-            tool_descriptions=[
-                prompts.tool_descriptions[k] for k in sorted(prompts.tool_descriptions)
-            ],
+            tool_descriptions=prompts.tool_texts(),
             skill_mode=self.cfg.skill_mode,
         )
         return sum(probs.values()) / len(probs)
