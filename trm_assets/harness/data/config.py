@@ -223,12 +223,17 @@ class RunConfig(NoBoolNumbers):
         0 < T < it (the gate's plan is the one it always was), ``sim.temperature_scale`` at 0
         (issue 4's fresh draws). A run at 0 < T < ``gate_fresh_temperature``, whose plan did
         change, is warned."""
+        return _hash(self.decision_values())
+
+    def decision_values(self) -> dict[str, Any]:
+        """The values :meth:`fingerprint` hashes, as JSON (no secret: the config holds none), so
+        a drift warning can name the keys that changed."""
         data = self.model_dump(mode="json", exclude=set(NON_DECISION_FIELDS))
         t = self.effective_agent_temperature()
         if not 0 < t < self.gate_fresh_temperature:
             del data["gate_fresh_temperature"]
         data["sim"] = sim_dump(self.sim)
-        return _hash(data)
+        return data
 
     def structural_fingerprint(self) -> str:
         """Hash of the fields whose change makes a saved state meaningless (resume refuses)."""

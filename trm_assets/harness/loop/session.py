@@ -24,6 +24,7 @@ from trm_assets.harness.storage.checkpoint import (
     load_state,
     new_state,
     open_unit,
+    record_decision_config,
     save_state,
     save_state_behind,
 )
@@ -92,10 +93,12 @@ def open_session(ctx: LoopContext, action: Action, *, echo: Echo | None = None) 
             raise CheckpointError(f"{paths.state}: training is already initialised")
         if existing is None and (lost := runs_past_init(read_manifest(ctx.workspace))):
             raise CheckpointError(lost_state_message(paths.state, lost))
+        record_decision_config(paths.state, ctx.cfg)
         return UnitSession(ctx, action, new_state(ctx.cfg), echo)
     prefix = cache_prefix(ctx.base, action)
     state = open_unit(ctx.workspace, paths.state, ctx.cfg, paths.baseline_cache, prefix)
     require_action(ctx, state, action)
+    record_decision_config(paths.state, ctx.cfg)  # after the drift warning named the old values
     return UnitSession(ctx, action, state, echo)
 
 

@@ -476,13 +476,92 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
         )
     if state.config_fingerprint != cfg.fingerprint():
         warnings.warn(
-            f"{path}: decision-relevant settings changed since the checkpoint (fingerprint "
-            f"{state.config_fingerprint} → {cfg.fingerprint()}); resuming with the new values",
-            ConfigDriftWarning,
-            stacklevel=2,
+            drift_message(path, state.config_fingerprint, cfg), ConfigDriftWarning, stacklevel=2
         )
         state.config_fingerprint = cfg.fingerprint()
     return state
+
+
+#: Next to ``state.json``: the decision-relevant values of every config a unit of this workspace
+#: ran with, keyed by fingerprint, so a drift warning names the keys that changed. Informational
+#: (no decision reads it): a missing or unreadable file only makes the warning less specific.
+DECISION_CONFIGS_FILE: Final = "decision-configs.json"
+_DECISION_CONFIGS_FORMAT: Final = "trm.decision_configs/1"
+_DECISION_CONFIGS_KEPT: Final = 32  # the most recent configs; an older one names no keys
+_DRIFT_KEYS_SHOWN: Final = 8
+
+
+def decision_configs(state_path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads((state_path.parent / DECISION_CONFIGS_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return []
+    entries = data.get("configs") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return []
+    return [
+        e
+        for e in entries
+        if isinstance(e, dict)
+        and isinstance(e.get("fingerprint"), str)
+        and isinstance(e.get("values"), dict)
+    ]
+
+
+def record_decision_config(state_path: Path, cfg: RunConfig) -> None:
+    """Add ``cfg``'s decision values to :data:`DECISION_CONFIGS_FILE` unless they are there
+    (a unit opening, under the workspace lock; written once per config, not per unit)."""
+    fp = cfg.fingerprint()
+    entries = decision_configs(state_path)
+    if any(e["fingerprint"] == fp for e in entries):
+        return
+    entries = [*entries, {"fingerprint": fp, "values": cfg.decision_values()}]
+    body = {"format": _DECISION_CONFIGS_FORMAT, "configs": entries[-_DECISION_CONFIGS_KEPT:]}
+    atomic_write_text(state_path.parent / DECISION_CONFIGS_FILE, json_text(body))
+
+
+_UNSET: Final = object()
+
+
+def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``key: old → new`` for every setting that differs (nested ones dotted, ``sim.ability``),
+    in key order; a key on one side only shows ``unset`` on the other."""
+    out: list[str] = []
+
+    def walk(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str) -> None:
+        for key in sorted(set(a) | set(b)):
+            x, y = a.get(key, _UNSET), b.get(key, _UNSET)
+            if isinstance(x, Mapping) and isinstance(y, Mapping):
+                walk(x, y, f"{prefix}{key}.")
+            elif x != y:
+                out.append(f"{prefix}{key}: {_shown(x)} → {_shown(y)}")
+
+    walk(old, new, "")
+    return out
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is _UNSET else json.dumps(value, sort_keys=True)
+
+
+def drift_message(path: Path, old_fingerprint: str, cfg: RunConfig) -> str:
+    """The drift warning: the changed keys with both values when the earlier config is on
+    record (:data:`DECISION_CONFIGS_FILE`), else the two fingerprints."""
+    new_fp = cfg.fingerprint()
+    old = next(
+        (e["values"] for e in decision_configs(path) if e["fingerprint"] == old_fingerprint),
+        None,
+    )
+    changes = changed_settings(old, cfg.decision_values()) if old is not None else []
+    if changes:
+        more = len(changes) - _DRIFT_KEYS_SHOWN
+        what = ", ".join(changes[:_DRIFT_KEYS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+    else:
+        what = f"fingerprint {old_fingerprint} → {new_fp}; the earlier values are not on record"
+    return (
+        f"{path}: decision-relevant settings changed since the checkpoint ({what}); "
+        "resuming with the new values"
+    )
 
 
 def save_state(path: Path, state: TrainState, workspace: Path) -> None:

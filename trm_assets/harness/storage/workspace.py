@@ -10,6 +10,7 @@ Layout (``docs/decision-store-layout.md``)::
       runs/<run_id>/         one directory per recorded run
       runs.duckdb            the run log
       pools.json, ladder.json, state.json, baseline_cache/, tmp/   (owned by the training loop)
+      decision-configs.json  each config's decision values, so a drift warning names keys
 
 The workspace has no mutable working copy of the skills: :func:`resolve_paths` points at the
 immutable directories of the *current* versions, and advancing a version moves the pointer.

@@ -103,6 +103,8 @@ from trm_assets.harness.storage.checkpoint import (
     STATE_KEYS,
     CheckpointError,
     ConfigDriftWarning,
+    changed_settings,
+    decision_configs,
     load_state,
     new_state,
     state_from_dict,
@@ -550,8 +552,26 @@ def test_state_fields_roundtrip_and_corruption(
     shutil.copy(ws / "state.json", path)
     with pytest.raises(CheckpointError, match="structural"):
         load_state(path, tiny_config("batch_size=10"))
-    with pytest.warns(ConfigDriftWarning):
+    # the copied checkpoint has no record of its config's values: the fingerprints only
+    with pytest.warns(ConfigDriftWarning, match="the earlier values are not on record"):
         load_state(path, tiny_config("gate_alpha=0.2"))
+    # in the workspace the record names the keys with both values (the run's own config)
+    assert [e["values"] for e in decision_configs(ws / "state.json")] == [cfg.decision_values()]
+    with pytest.warns(ConfigDriftWarning) as caught:
+        load_state(ws / "state.json", tiny_config("gate_alpha=0.2", "sim.ability=2.5"))
+    expected = (
+        f"(gate_alpha: {json.dumps(cfg.gate_alpha)} → 0.2, "
+        f"sim.ability: {json.dumps(cfg.sim.ability)} → 2.5); resuming with the new values"
+    )
+    assert [str(w.message).split("checkpoint ", 1)[1] for w in caught] == [expected]
+    # a unit resumed under the new config records it (the next drift names keys against it)
+    resumed = tmp_path / "resumed"
+    shutil.copytree(snaps[-2], resumed)  # before the last unit
+    drifted = tiny_config("gate_alpha=0.2")
+    with pytest.warns(ConfigDriftWarning, match=r"\(gate_alpha: "):
+        run_to_end(resumed, drifted)
+    recorded = [e["values"] for e in decision_configs(resumed / "state.json")]
+    assert recorded == [cfg.decision_values(), drifted.decision_values()]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert load_state(path, cfg) is not None
@@ -745,3 +765,15 @@ def test_smoke_cli_two_epochs_raise_expected_acc(tmp_path: Path) -> None:
     assert report["best"]["val_accuracy"] == pytest.approx(run_accuracy(wsp, best)[0])
     assert report["best"]["skills_version"] == run_versions(wsp, best)[0]
     assert smoke.epochs == 2
+
+
+def test_changed_settings_names_every_changed_leaf() -> None:
+    old = {"a": 1, "b": {"x": 0.5, "y": "s"}, "gone": [1, 2]}
+    new = {"a": 1, "b": {"x": 0.25, "y": "t"}, "new": None}
+    assert changed_settings(old, new) == [
+        "b.x: 0.5 → 0.25",
+        'b.y: "s" → "t"',
+        "gone: [1, 2] → unset",
+        "new: unset → null",
+    ]
+    assert changed_settings(old, old) == []
