@@ -382,7 +382,11 @@ class LoopContext:
         rollout that failed for infra counts its failed call); past ``infra_outage_rate`` of
         them the unit stops before its checkpoint (so it is re-run, rolled back, on resume) and
         nothing is decided or finalized on an outage. Occasional faults — a few percent of calls
-        timing out — stay data: the gate's own INFRA guard handles those."""
+        timing out — stay data: the gate's own INFRA guard handles those.
+
+        Until the window holds ``min(infra_outage_window, 10)`` rollouts (a small unit, a fresh
+        process: every Dagster run has its own), only a window in which *every* model call failed
+        stops the unit: a small unit of an unreachable endpoint was checkpointed as a result."""
         window = self._recent_infra
         for p in result.predictions:
             infra = p.failure_kind == FAILURE_INFRA
@@ -390,9 +394,11 @@ class LoopContext:
         cfg = self.cfg
         calls = sum(c for c, _ in window)
         failed = sum(f for _, f in window)
-        if len(window) >= min(cfg.infra_outage_window, 10) and failed / max(calls, 1) > (
-            cfg.infra_outage_rate
-        ):
+        if len(window) >= min(cfg.infra_outage_window, 10):
+            outage = failed / max(calls, 1) > cfg.infra_outage_rate
+        else:
+            outage = failed > 0 and failed == calls
+        if outage:
             errors = sorted({p.error for p in result.predictions if p.error})[:3]
             window.clear()
             raise InfraOutage(
