@@ -216,11 +216,13 @@ def run(config_path: str, workspace: str) -> None:
         click.echo(f"workspace {ws} created (v1 = the prompt set in prompts/)")
     p = build_or_load_pools(cfg, ds.questions, ws / "pools.json")
     click.echo(format_pools_summary(pools_summary(p, ds.questions)))
-    train_cmd.main(
+    code = train_cmd.main(
         args=["--workspace", str(ws), "--config", config_path, "--resume"],
         prog_name="trm train",
         standalone_mode=False,
     )
+    if isinstance(code, int) and code != 0:  # click returns an Exit's code here (Ctrl-C: 130)
+        raise click.exceptions.Exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

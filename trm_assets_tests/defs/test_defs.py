@@ -142,3 +142,23 @@ def test_llm_resource_is_picked_by_the_config_and_refuses_the_other_kind(
     assert build_experiment(exp).scope.llm_key == "llm_openai"
     sim = exp.model_copy(update={"overrides": ()})
     assert build_experiment(sim).scope.llm_key == "llm_sim"
+
+
+def test_trm_run_exits_like_the_training_it_runs(
+    small_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`trm run` (`make run`) printed "interrupted" after Ctrl-C and exited 0: it called `trm
+    train` in click's non-standalone mode, which returns the Exit code instead of raising it."""
+    from trm_assets.defs import driver
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise driver.TrainingInterrupted("interrupted during step (epoch 0, step 0)")
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(driver, "drive", interrupted)
+    config = small_dataset / "config.yaml"
+    res = CliRunner().invoke(
+        main, ["run", "--config", str(config), "--workspace", str(tmp_path / "w")]
+    )
+    assert res.exit_code == 130, res.output
+    assert "interrupted during step (epoch 0, step 0)" in res.output
