@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from trm_assets.cli.support import fail_on_trm_error
+from trm_assets.domain.errors import TrmError
 
 _WS = click.option(
     "--workspace", "workspace", required=True, type=click.Path(path_type=Path), help="Directory."
@@ -171,7 +172,19 @@ def _train_in_process(workspace: Path, cfg: Any, resume: bool) -> None:
         first = current_action(ctx)
         if resume and first.kind != "init":
             click.echo(f"resuming at {first.describe()}")
-        summary = train(ctx, echo=click.echo)
+        try:
+            summary = train(ctx, echo=click.echo)
+        except KeyboardInterrupt:  # as through Dagster: say so, exit like Ctrl-C (not "Aborted!")
+            try:
+                during = f" during {current_action(ctx).describe()}"  # not checkpointed
+            except TrmError:
+                during = ""
+            click.echo(
+                f"interrupted{during}; the workspace is at its last checkpoint: "
+                "`trm train --resume` continues where it stopped",
+                err=True,
+            )
+            raise click.exceptions.Exit(130) from None
     click.echo(f"{summary.last.describe()}: {summary.units} unit(s) of work run")
     click.echo(f"report: trm report --workspace {workspace}")
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import dagster as dg
 import yaml
@@ -145,14 +145,22 @@ def _failure_detail(result: dg.ExecuteInProcessResult) -> str:
     return f": {text.strip()}" if text else ""
 
 
+_INTERRUPTS: Final = ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
+
+
 def _interrupted(result: dg.ExecuteInProcessResult) -> bool:
-    """Whether the run stopped on an interrupt (Dagster turns SIGINT / SIGTERM in an op into
-    ``DagsterExecutionInterruptedError``)."""
+    """Whether the run stopped on an interrupt: Dagster turns SIGINT / SIGTERM in an op into
+    ``DagsterExecutionInterruptedError`` (a step failure); one that lands outside an op (while
+    the run initialises its resources) fails the run itself with the ``KeyboardInterrupt``."""
     for ev in result.all_events:
-        data = ev.step_failure_data if ev.event_type_value == "STEP_FAILURE" else None
-        err = data.error if data is not None else None
+        if ev.event_type_value == "STEP_FAILURE":
+            err = ev.step_failure_data.error
+        elif ev.event_type_value == "PIPELINE_FAILURE":
+            err = ev.job_failure_data.error
+        else:
+            continue
         while err is not None:
-            if "DagsterExecutionInterruptedError" in (err.cls_name or "") + str(err.message):
+            if any(name in (err.cls_name or "") + str(err.message) for name in _INTERRUPTS):
                 return True
             err = err.cause
     return False

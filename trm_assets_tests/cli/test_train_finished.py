@@ -3,8 +3,11 @@ printing a raw ConfigDriftWarning with its source line and "0 Dagster run(s)".""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from trm_assets.cli import main
@@ -106,3 +109,30 @@ def test_a_bad_progress_cadence_stops_the_dagster_path_too(tmp_path: Path) -> No
     )
     assert res.exit_code == 2 and "TRM_PROGRESS_EVERY_S: expected seconds > 0" in res.output
     assert not (ws / "state.json").exists()
+
+
+def test_ctrl_c_without_dagster_says_where_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`trm train --no-dagster` answered Ctrl-C with click's bare "Aborted!" and exit 1; through
+    Dagster it says "interrupted during …" and exits 130 (hostile review)."""
+    from trm_assets.harness.loop import runner
+
+    cfg = tiny_config("epochs=1", "steps_per_epoch=1")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    config = tmp_path / "c.yaml"
+    config.write_text(config_to_yaml(cfg), encoding="utf-8")
+    run_action = runner.run_action
+
+    def interrupted_at_the_step(ctx: Any, action: Any, **kw: Any) -> object:
+        if action.kind == "step":
+            raise KeyboardInterrupt
+        return run_action(ctx, action, **kw)
+
+    monkeypatch.setattr(runner, "run_action", interrupted_at_the_step)
+    args = ["train", "--workspace", str(ws), "--config", str(config), "--no-dagster"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 130, res.output
+    assert "interrupted during step (epoch 0, step 0); the workspace is at its last" in res.output
+    assert "Aborted!" not in res.output
+    assert json.loads((ws / "state.json").read_text())["initialized"] is True  # init landed

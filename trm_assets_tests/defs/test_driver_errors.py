@@ -65,3 +65,45 @@ def test_an_interrupted_run_is_told_from_a_failed_one() -> None:
     assert _interrupted(result(_info("wrapper\n", interrupt)))  # type: ignore[arg-type]
     assert not _interrupted(result(_info("trm_assets.x.IntegrityError: bad\n")))  # type: ignore[arg-type]
     assert not _interrupted(result())  # type: ignore[arg-type]
+
+
+def test_an_interrupt_outside_an_op_is_an_interrupt() -> None:
+    """A Ctrl-C while a run initialised its resources failed the run without a step failure:
+    `trm train` said "run … failed … fix the cause" and exited 2 instead of 130 (hostile
+    review). Real executions: the interrupt in a resource, in an op, and a plain failure."""
+    import dagster as dg
+
+    from trm_assets.defs.driver import _interrupted
+
+    @dg.resource
+    def interrupted_setup(_: object) -> None:
+        raise KeyboardInterrupt
+
+    @dg.op(required_resource_keys={"r"})
+    def uses_it() -> None:
+        pass
+
+    @dg.op
+    def interrupted_op() -> None:
+        raise KeyboardInterrupt
+
+    @dg.op
+    def failing_op() -> None:
+        raise ValueError("a bug, not an interrupt")
+
+    in_setup = dg.GraphDefinition("g1", node_defs=[uses_it]).to_job(
+        resource_defs={"r": interrupted_setup}
+    )
+    runs = {
+        "resource": in_setup,
+        "op": dg.GraphDefinition("g2", node_defs=[interrupted_op]).to_job(),
+        "failure": dg.GraphDefinition("g3", node_defs=[failing_op]).to_job(),
+    }
+    results = {k: job.execute_in_process(raise_on_error=False) for k, job in runs.items()}
+    steps = {k: [e.event_type_value for e in r.all_events] for k, r in results.items()}
+    assert "STEP_START" not in steps["resource"]  # the case: no step failed
+    assert {k: (r.success, _interrupted(r)) for k, r in results.items()} == {
+        "resource": (False, True),
+        "op": (False, True),
+        "failure": (False, False),
+    }
