@@ -184,15 +184,24 @@ def create_sweep(
     members: Sequence[SweepMember], overrides: Sequence[str], dagster_home: Path
 ) -> list[object]:
     """Create (or reuse) each member's workspace with its seed and register it; returns the
-    experiments. A workspace that exists is resumed, never re-created."""
+    experiments. A workspace that exists is resumed, never re-created. Every member's config is
+    checked against its data first (as `trm init` does), so a sweep whose runs would all fail
+    in the daemon creates and registers nothing."""
     from trm_assets.defs.experiments import Experiment, register
-    from trm_assets.harness.data.config import config_to_yaml, load_config
+    from trm_assets.harness.data.config import check_against_data, config_to_yaml, load_config
+    from trm_assets.harness.data.dataset import Dataset, load_dataset
     from trm_assets.harness.storage.workspace import init_workspace
 
+    configs = [load_config(m.config, (*overrides, f"seed={m.seed}")) for m in members]
+    data: dict[tuple[str, str], Dataset] = {}
+    for cfg in configs:
+        ds = data.get((cfg.questions, cfg.trees))
+        if ds is None:  # each data set loaded (and its trees checked) once
+            ds = data[cfg.questions, cfg.trees] = load_dataset(cfg)
+        check_against_data(cfg, ds.task_types, len(ds.questions))
     out: list[object] = []
-    for m in members:
+    for m, cfg in zip(members, configs, strict=True):
         extra = (*overrides, f"seed={m.seed}")
-        cfg = load_config(m.config, extra)
         if not (m.workspace / "manifest.json").exists():
             init_workspace(
                 m.workspace,

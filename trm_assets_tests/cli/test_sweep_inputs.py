@@ -41,3 +41,25 @@ def test_a_seed_given_twice_is_refused(tmp_path: Path, monkeypatch: pytest.Monke
     res = CliRunner().invoke(sweep_cmd, [*args, "--root", str(tmp_path / "ws"), "--no-launch"])
     assert res.exit_code == 2 and "a seed is given twice" in res.output
     assert not (tmp_path / "ws").exists()
+
+
+def test_a_config_the_data_cannot_satisfy_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`trm sweep --set val_size=5000` created and registered its workspaces (exit 0), whose
+    runs would all fail in the daemon; `trm init` refuses that config before anything exists."""
+    from trm_assets.harness.data.config import load_config
+    from trm_assets.harness.data.dataset import load_dataset
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dh"))
+    smoke = REPO / "data/configs/smoke.yaml"
+    n = len(load_dataset(load_config(smoke), with_trees=False).questions)
+    test_size = load_config(smoke).test_size
+    args = ["--name", "s", "--config", str(smoke), "--seeds", "0,1", "--set", "val_size=5000"]
+    res = CliRunner().invoke(sweep_cmd, [*args, "--root", str(tmp_path / "ws"), "--no-launch"])
+    assert res.exit_code != 0, res.output
+    expected = (
+        f"test_size + val_size: {test_size + 5000} leaves no diagnosis question out of the {n}"
+    )
+    assert expected in res.output
+    assert not (tmp_path / "ws").exists() and not (tmp_path / "dh" / "experiments.yaml").exists()
