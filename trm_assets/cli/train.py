@@ -42,8 +42,10 @@ def _token_estimate(workspace: Path, cfg: Any) -> Any:
     from trm_assets.harness.storage.workspace import default_prompts_dir
     from trm_assets.llm.settings import Settings
 
-    s = Settings()
-    pp, cp = s.price_prompt_per_1k, s.price_completion_per_1k
+    pp = cp = None
+    if cfg.llm_provider != "sim":  # the simulated world reads no TRM_LLM_* setting, nor bills
+        s = Settings()
+        pp, cp = s.price_prompt_per_1k, s.price_completion_per_1k
     db = workspace / "runs.duckdb"
     if db.is_file():
         try:
@@ -124,7 +126,7 @@ def train_cmd(
     from trm_assets.harness.data.dataset import load_dataset
     from trm_assets.harness.loop.budget import estimate, format_estimate, format_tokens
     from trm_assets.harness.loop.runner import finished
-    from trm_assets.harness.storage.checkpoint import CheckpointError
+    from trm_assets.harness.storage.checkpoint import CheckpointError, load_state
     from trm_assets.harness.storage.lock import workspace_lock
     from trm_assets.harness.storage.pools import build_or_load_pools
     from trm_assets.harness.storage.workspace import resolve_paths
@@ -133,15 +135,18 @@ def train_cmd(
     cfg = load_config(config_path, (*overrides, *extra))
     paths = resolve_paths(workspace)
     label = "SIMULATED world" if cfg.llm_provider == "sim" else f"model {cfg.agent_model}"
-    if dry_run:
+    if dry_run:  # every check the run would make on its inputs first, then the estimate
         ds = load_dataset(cfg, with_trees=False)
+        if paths.state.exists():  # a structural change is refused on resume: refused here too
+            load_state(paths.state, cfg)
         pools = build_or_load_pools(
             cfg, ds.questions, None if not paths.pools.exists() else paths.pools
         )
-        click.echo(f"config {config_path} (fingerprint {cfg.fingerprint()}), {label}")
         est = estimate(cfg, ds.questions, pools)
+        tokens = _token_estimate(workspace, cfg)
+        click.echo(f"config {config_path} (fingerprint {cfg.fingerprint()}), {label}")
         click.echo(format_estimate(est))
-        click.echo(format_tokens(est, _token_estimate(workspace, cfg)))
+        click.echo(format_tokens(est, tokens))
         return
     # one writer per workspace for the whole command (issue 18.1); the units' Dagster runs
     # re-enter it in this process, any other process is refused naming this one

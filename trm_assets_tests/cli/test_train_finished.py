@@ -136,3 +136,35 @@ def test_ctrl_c_without_dagster_says_where_to_resume(
     assert "interrupted during step (epoch 0, step 0); the workspace is at its last" in res.output
     assert "Aborted!" not in res.output
     assert json.loads((ws / "state.json").read_text())["initialized"] is True  # init landed
+
+
+def test_dry_run_refuses_what_the_resume_would_refuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`trm train --dry-run --set seed=5` on a workspace with a checkpoint printed a full estimate
+    (from the old pools) for a run `--resume` refuses; and with the simulated world it failed on
+    a malformed TRM_LLM_* setting the run never reads, after printing the estimate (review)."""
+    cfg = tiny_config("epochs=1", "steps_per_epoch=1")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        train(ctx, max_units=1)  # init: a checkpoint exists
+    config = tmp_path / "c.yaml"
+    config.write_text(config_to_yaml(cfg), encoding="utf-8")
+    base = ["train", "--workspace", str(ws), "--config", str(config), "--dry-run"]
+
+    changed = CliRunner().invoke(main, [*base, "--set", "seed=5"])
+    assert changed.exit_code == 2, changed.output
+    assert "different structural configuration" in changed.output
+    assert "pre-flight estimate" not in changed.output
+
+    monkeypatch.setenv("TRM_LLM_TIMEOUT_S", "abc")
+    fine = CliRunner().invoke(main, base)
+    assert fine.exit_code == 0, fine.output
+    assert "pre-flight estimate" in fine.output and "TRM_LLM_TIMEOUT_S" not in fine.output
+    provider = ("llm_provider=openai", "agent_model=m", "evolve_model=m", "gate_passes=1")
+    real = tiny_config("epochs=1", "steps_per_epoch=1", *provider)
+    real_config = tmp_path / "real.yaml"
+    real_config.write_text(config_to_yaml(real), encoding="utf-8")
+    refused = CliRunner().invoke(main, [*base[:4], str(real_config), "--dry-run"])
+    assert refused.exit_code == 2 and "TRM_LLM_TIMEOUT_S" in refused.output, refused.output
+    assert "pre-flight estimate" not in refused.output  # the error before any estimate line
