@@ -168,3 +168,25 @@ def test_dry_run_refuses_what_the_resume_would_refuse(
     refused = CliRunner().invoke(main, [*base[:4], str(real_config), "--dry-run"])
     assert refused.exit_code == 2 and "TRM_LLM_TIMEOUT_S" in refused.output, refused.output
     assert "pre-flight estimate" not in refused.output  # the error before any estimate line
+
+
+@pytest.mark.parametrize("path", ["--no-dagster", "dagster"])
+def test_a_config_drift_is_told_once_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A resume with a changed decision setting printed the drift warning two (in process) or
+    three (through Dagster) times, naming only two fingerprints (review)."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    cfg = tiny_config("epochs=1", "steps_per_epoch=1")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        train(ctx, max_units=1)
+    config = tmp_path / "c.yaml"
+    config.write_text(config_to_yaml(cfg), encoding="utf-8")
+    args = ["train", "--workspace", str(ws), "--config", str(config), "--resume"]
+    args += ["--set", "gate_alpha=0.2", *([path] if path.startswith("--") else [])]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    told = [line for line in res.output.splitlines() if "settings changed" in line]
+    assert len(told) == 1, res.output
+    assert f"(gate_alpha: {json.dumps(cfg.gate_alpha)} → 0.2)" in told[0]

@@ -475,11 +475,19 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
             "correctness no longer apply. Resume with the original config or start a new workspace."
         )
     if state.config_fingerprint != cfg.fingerprint():
-        warnings.warn(
-            drift_message(path, state.config_fingerprint, cfg), ConfigDriftWarning, stacklevel=2
-        )
+        drift = (str(path.absolute()), state.config_fingerprint, cfg.fingerprint())
+        if drift not in _DRIFTS_WARNED:  # the planner and the unit both load: warn once
+            _DRIFTS_WARNED.add(drift)
+            warnings.warn(
+                drift_message(path, state.config_fingerprint, cfg),
+                ConfigDriftWarning,
+                stacklevel=2,
+            )
         state.config_fingerprint = cfg.fingerprint()
     return state
+
+
+_DRIFTS_WARNED: set[tuple[str, str, str]] = set()  # (checkpoint, old, new) told in this process
 
 
 #: Next to ``state.json``: the decision-relevant values of every config a unit of this workspace
