@@ -63,6 +63,15 @@ def fail_lost_runs(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> l
     return alive
 
 
+def fail_lost_runs_of(instance: dg.DagsterInstance, experiment: str) -> list[dg.DagsterRun]:
+    """:func:`fail_lost_runs` over the experiment's in-progress runs; returns the runs it marked
+    failed (the driver calls it before it runs a unit, the sensor on every tick)."""
+    mine = dg.RunsFilter(statuses=IN_PROGRESS, tags={EXPERIMENT_TAG: experiment})
+    runs = list(instance.get_runs(filters=mine))
+    alive = {r.run_id for r in fail_lost_runs(instance, runs)}
+    return [r for r in runs if r.run_id not in alive]
+
+
 def dagster_unit(action: Action) -> Action:
     """Init runs inside the first step's run (one Dagster run per unit otherwise)."""
     return Action("step", epoch=0, step=0) if action.kind == "init" else action

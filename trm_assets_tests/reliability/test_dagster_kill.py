@@ -104,3 +104,27 @@ def test_sensor_recovers_after_a_killed_dagster_unit(tmp_path: Path) -> None:
         after = instance.get_run_by_id(again.run_id)
         assert after is not None and after.status == dg.DagsterRunStatus.FAILURE
         assert after.tags[LOST_TAG] == "true"
+
+
+def test_a_resume_through_the_driver_fails_the_runs_a_killed_train_left(tmp_path: Path) -> None:
+    """`trm train` killed with SIGKILL left its unit's run STARTED for good, even after `trm
+    train --resume` finished the experiment (only the sensor, with the daemon on, failed it):
+    the driver now marks such runs of its experiment failed before it runs a unit (review)."""
+    from trm_assets.defs.driver import drive
+
+    ws = new_workspace(tmp_path / "ws", tiny_config())
+    home = tmp_path / "dagster_home"
+    _kill_inside_a_dagster_run(ws, home, lambda: (ws / "state.json").exists())
+    (lost,) = _started(home)
+    trm = TrmResource(workspace=str(ws), config_path=str(SMOKE_CONFIG), overrides=list(TINY))
+    said: list[str] = []
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        summary = drive(trm, instance, echo=said.append, max_runs=0)
+        after = instance.get_run_by_id(lost.run_id)
+    assert summary.runs == 0 and _started(home) == []
+    assert after is not None and after.status == dg.DagsterRunStatus.FAILURE
+    assert after.tags[LOST_TAG] == "true"
+    assert said == [
+        f"run {lost.run_id[:8]} ({lost.job_name}) was left in progress by a process that is "
+        "gone: marked failed"
+    ]
