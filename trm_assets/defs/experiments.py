@@ -10,6 +10,7 @@ location serves is the instance's registry, ``$DAGSTER_HOME/experiments.yaml``, 
 No ``from __future__ import annotations`` in the Dagster layer: dagster inspects real annotations.
 """
 
+import fcntl
 import hashlib
 import os
 import re
@@ -160,7 +161,26 @@ def register(
     ``trm train`` uses for names derived from the directory), the name gets a suffix derived from
     the workspace path, so the same workspace always gets the same name.
     """
-    exp = experiment.absolute()
+    with _registry_lock(dagster_home):  # read, change, write: one process at a time
+        return _register(dagster_home, experiment.absolute(), rename_on_conflict)
+
+
+@contextmanager
+def _registry_lock(dagster_home: str | Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``<home>/.experiments.lock`` (never replaced; released by the
+    kernel when its holder dies): concurrent `trm sweep` / `trm train` registrations lost
+    entries, each writing back what it had read."""
+    home = Path(dagster_home)
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".experiments.lock", "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _register(dagster_home: str | Path, exp: Experiment, rename_on_conflict: bool) -> Experiment:
     known = load_registry(dagster_home)
     same_ws = [e for e in known.values() if Path(e.workspace) == Path(exp.workspace)]
     if same_ws and rename_on_conflict:

@@ -4,6 +4,7 @@ key prefix), and an experiment's pools asset materializes through real Dagster."
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -162,3 +163,25 @@ def test_trm_run_exits_like_the_training_it_runs(
     )
     assert res.exit_code == 130, res.output
     assert "interrupted during step (epoch 0, step 0)" in res.output
+
+
+def _register_at(home: str, i: int, start: float) -> None:
+    while time.time() < start:  # every process writes at the same instant
+        pass
+    register(home, Experiment(name=f"r{i}", workspace=f"{home}/ws{i}", config_path="c.yaml"))
+
+
+def test_concurrent_registrations_keep_every_entry(tmp_path: Path) -> None:
+    """Eight processes registering at once left 1 of 8 entries in experiments.yaml (each wrote
+    back the registry it had read; review): the registry is changed under a lock."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    start = time.time() + 0.5
+    procs = [ctx.Process(target=_register_at, args=(str(tmp_path), i, start)) for i in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0] * 8
+    assert sorted(load_registry(tmp_path)) == sorted(f"r{i}" for i in range(8))
