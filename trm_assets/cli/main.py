@@ -190,6 +190,7 @@ def run(config_path: str, workspace: str) -> None:
     from trm_assets.cli.train import train_cmd
     from trm_assets.harness.data.config import config_to_yaml, load_config
     from trm_assets.harness.data.dataset import load_dataset
+    from trm_assets.harness.storage.lock import workspace_lock
     from trm_assets.harness.storage.pools import (
         build_or_load_pools,
         format_pools_summary,
@@ -207,14 +208,17 @@ def run(config_path: str, workspace: str) -> None:
     )
     ws = Path(workspace)
     if not (ws / "manifest.json").exists():
-        init_workspace(
+        init_workspace(  # under its own lock
             ws,
             questions_ref=cfg.questions,
             config_yaml=config_to_yaml(cfg),
             config_fingerprint=cfg.fingerprint(),
         )
         click.echo(f"workspace {ws} created (v1 = the prompt set in prompts/)")
-    p = build_or_load_pools(cfg, ds.questions, ws / "pools.json")
+    # one writer (issue 18.1): the pools are frozen under the lock `trm train` takes next, so a
+    # command training this workspace refuses this one instead of it writing beside it
+    with workspace_lock(ws, command="trm run"):
+        p = build_or_load_pools(cfg, ds.questions, ws / "pools.json")
     click.echo(format_pools_summary(pools_summary(p, ds.questions)))
     code = train_cmd.main(
         args=["--workspace", str(ws), "--config", config_path, "--resume"],

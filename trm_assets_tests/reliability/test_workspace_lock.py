@@ -201,6 +201,22 @@ def test_trm_train_refuses_a_workspace_being_trained(ws: Path, tmp_path: Path) -
         assert not (ws / "state.json").exists()
 
 
+def test_trm_run_refuses_a_workspace_being_trained(ws: Path, tmp_path: Path) -> None:
+    """`trm run` froze the pools (wrote pools.json) before `trm train` took the lock: beside a
+    process training the workspace it wrote, then failed (review)."""
+    assert not (ws / "pools.json").exists()
+    with holder_process(ws) as proc:
+        res = run_cli(
+            ["run", "--workspace", str(ws), "--config", str(ws / "config.yaml")],
+            child_env(),
+            120,
+            tmp_path / "run.log",
+        )
+        assert res.returncode == 2 and f"pid {proc.pid}" in res.stderr, res.stderr
+        assert "refusing to run trm run" in res.stderr
+        assert not (ws / "pools.json").exists()
+
+
 def test_a_training_process_holds_the_lock_for_its_whole_run(ws: Path, tmp_path: Path) -> None:
     """Issue 18.1: while one `trm train` runs (between its units too), a second process cannot
     take the workspace: the lock is held by the training command itself, not per unit."""
