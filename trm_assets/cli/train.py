@@ -34,52 +34,6 @@ def progress_reporter() -> Any:
     return ProgressReporter(lambda line: click.echo(f"  … {line}"), every_s=every)
 
 
-def _token_estimate(workspace: Path, cfg: Any) -> Any:
-    """Measured tokens per rollout from the workspace's run log, else estimated from the prompt
-    set (the seed prompts of a new workspace); prices from the engineering settings."""
-    from trm_assets.harness.loop.budget import TokenEstimate, prompt_token_estimate
-    from trm_assets.harness.storage.runlog import RunLogReader
-    from trm_assets.harness.storage.workspace import default_prompts_dir
-    from trm_assets.llm.settings import Settings
-
-    pp = cp = None
-    if cfg.llm_provider != "sim":  # the simulated world reads no TRM_LLM_* setting, nor bills
-        s = Settings()
-        pp, cp = s.price_prompt_per_1k, s.price_completion_per_1k
-    db = workspace / "runs.duckdb"
-    if db.is_file():
-        try:
-            with RunLogReader.open(db) as r:
-                row = r.query(
-                    "SELECT count(*) AS n, avg(coalesce(prompt_tokens, 0) + "
-                    "coalesce(completion_tokens, 0)) AS t FROM predictions "
-                    "WHERE stop_reason <> 'error' AND coalesce(n_llm_calls, 0) > 0"
-                    # (a temperature-0 outcome served from an earlier rollout made no call)
-                )[0]
-            if int(row["n"]) > 0:
-                n = int(row["n"])
-                return TokenEstimate(float(row["t"]), f"measured over {n} rollouts", pp, cp)
-        except Exception:  # a busy or foreign log: fall back to the estimate
-            pass
-    # what the agent reads: system + user prompt, tool descriptions, the default strategy, one
-    # (the longest) task skill, and ≈ 600 characters of question and options
-    seed = default_prompts_dir()
-
-    def size(p: Path) -> int:
-        return p.stat().st_size
-
-    skills = [size(p) for p in (seed / "skills").glob("*.md") if p.name != "default-strategy.md"]
-    chars = (
-        sum(size(seed / n) for n in ("agent_system.md", "agent_user.md"))
-        + sum(size(p) for p in (seed / "tools").glob("*.md"))
-        + size(seed / "skills" / "default-strategy.md")
-        + max(skills, default=0)
-        + 600
-    )
-    est = prompt_token_estimate(chars, cfg.max_agent_steps)
-    return TokenEstimate(est, "estimated from the prompt set's length", pp, cp)
-
-
 def _config(workspace: Path, config_path: Path | None, overrides: tuple[str, ...]) -> Any:
     """The config from ``--config``, else the one ``trm init`` stored in the workspace."""
     from trm_assets.harness.data.config import load_config
@@ -124,7 +78,12 @@ def train_cmd(
     """Run the training loop (epoch → step → per-skill gate, ten-step slow update) on DIR."""
     from trm_assets.harness.data.config import load_config
     from trm_assets.harness.data.dataset import load_dataset
-    from trm_assets.harness.loop.budget import estimate, format_estimate, format_tokens
+    from trm_assets.harness.loop.budget import (
+        estimate,
+        format_estimate,
+        format_tokens,
+        token_estimate,
+    )
     from trm_assets.harness.loop.runner import finished
     from trm_assets.harness.storage.checkpoint import CheckpointError, load_state
     from trm_assets.harness.storage.lock import workspace_lock
@@ -143,7 +102,7 @@ def train_cmd(
             cfg, ds.questions, None if not paths.pools.exists() else paths.pools
         )
         est = estimate(cfg, ds.questions, pools)
-        tokens = _token_estimate(workspace, cfg)
+        tokens = token_estimate(workspace, cfg)
         click.echo(f"config {config_path} (fingerprint {cfg.fingerprint()}), {label}")
         click.echo(format_estimate(est))
         click.echo(format_tokens(est, tokens))

@@ -19,6 +19,7 @@ be accepted under these settings (e.g. validation pools too small for the block/
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from trm_assets.domain import gate as kernel
 from trm_assets.domain.batching import make_batches
@@ -220,6 +221,51 @@ def prompt_token_estimate(prompt_chars: int, max_steps: int) -> float:
     turns = max(1, min(5, max_steps))
     base = prompt_chars / 4
     return sum(base + 190 * k for k in range(turns)) + 40 * turns
+
+
+def token_estimate(workspace: Path, cfg: RunConfig) -> TokenEstimate:
+    """Measured tokens per rollout from the workspace's run log, else estimated from the prompt
+    set (the seed prompts of a new workspace); prices from the engineering settings."""
+    from trm_assets.harness.storage.runlog import RunLogReader
+    from trm_assets.harness.storage.workspace import default_prompts_dir
+    from trm_assets.llm.settings import Settings
+
+    pp = cp = None
+    if cfg.llm_provider != "sim":  # the simulated world reads no TRM_LLM_* setting, nor bills
+        s = Settings()
+        pp, cp = s.price_prompt_per_1k, s.price_completion_per_1k
+    db = workspace / "runs.duckdb"
+    if db.is_file():
+        try:
+            with RunLogReader.open(db) as r:
+                row = r.query(
+                    "SELECT count(*) AS n, avg(coalesce(prompt_tokens, 0) + "
+                    "coalesce(completion_tokens, 0)) AS t FROM predictions "
+                    "WHERE stop_reason <> 'error' AND coalesce(n_llm_calls, 0) > 0"
+                    # (a temperature-0 outcome served from an earlier rollout made no call)
+                )[0]
+            if int(row["n"]) > 0:
+                n = int(row["n"])
+                return TokenEstimate(float(row["t"]), f"measured over {n} rollouts", pp, cp)
+        except Exception:  # a busy or foreign log: fall back to the estimate
+            pass
+    # what the agent reads: system + user prompt, tool descriptions, the default strategy, one
+    # (the longest) task skill, and ≈ 600 characters of question and options
+    seed = default_prompts_dir()
+
+    def size(p: Path) -> int:
+        return p.stat().st_size
+
+    skills = [size(p) for p in (seed / "skills").glob("*.md") if p.name != "default-strategy.md"]
+    chars = (
+        sum(size(seed / n) for n in ("agent_system.md", "agent_user.md"))
+        + sum(size(p) for p in (seed / "tools").glob("*.md"))
+        + size(seed / "skills" / "default-strategy.md")
+        + max(skills, default=0)
+        + 600
+    )
+    est = prompt_token_estimate(chars, cfg.max_agent_steps)
+    return TokenEstimate(est, "estimated from the prompt set's length", pp, cp)
 
 
 def format_tokens(e: BudgetEstimate, tok: TokenEstimate) -> str:
