@@ -24,7 +24,7 @@ from trm_assets.cli.support import LazyGroup, TopGroup, fail_on_trm_error
         "train": ("trm_assets.cli.train:train_cmd", "Run the training loop."),
         "eval": ("trm_assets.cli.train:eval_cmd", "Evaluate a skills version."),
         "promote": ("trm_assets.cli.train:promote_cmd", "Promote a version to a seed."),
-        "report": ("trm_assets.cli.train:report_cmd", "Per-epoch report."),
+        "report": ("trm_assets.cli.report:report_cmd", "Per-epoch report."),
         "check": ("trm_assets.cli.check:check_cmd", "Verify a workspace (store, state, run log)."),
         "launch": (
             "trm_assets.cli.launch:launch_cmd",

@@ -1,12 +1,11 @@
-"""``trm train``, ``trm eval``, ``trm promote``, ``trm report`` (registered by
-:mod:`trm_assets.cli`). ``trm train`` runs the loop in-process through the planner; every unit of
-work checkpoints, so ``--resume`` continues exactly where a stopped run left off.
+"""``trm train``, ``trm eval``, ``trm promote`` (registered by :mod:`trm_assets.cli`; ``trm
+report`` is :mod:`trm_assets.cli.report`). ``trm train`` runs the loop in-process through the
+planner; every unit of work checkpoints, so ``--resume`` continues exactly where a stopped run
+left off.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -267,110 +266,3 @@ def promote_cmd(workspace: Path, version: str, eval_run: str, name: str, seeds_d
         workspace, version=version, eval_run_id=eval_run, name=name, seeds_dir=seeds_dir
     )
     click.echo(f"seed {seed.meta.name} written to {seed.directory}")
-
-
-# ------------------------------------------------------------------------------------------------
-# trm report
-
-
-def report_data(workspace: Path) -> dict[str, Any]:
-    """The ``trm report --json`` contract, from the checkpoint and the manifest."""
-    from trm_assets.harness.storage.checkpoint import CheckpointError, read_state_file
-    from trm_assets.harness.storage.workspace import read_manifest, resolve_paths
-
-    m = read_manifest(workspace)
-    path = resolve_paths(workspace).state
-    if not path.exists():
-        raise CheckpointError(f"{path}: no training state yet; run `trm train` first")
-    state = read_state_file(path)
-    epochs = [
-        {
-            k: getattr(h, k)
-            for k in (
-                "epoch",
-                "val_accuracy",
-                "test_accuracy",
-                "val_expected_accuracy",
-                "accepted",
-                "rejected",
-                "rolled_back",
-                "gates",
-                "expected_false_accepts",
-                "rollouts",
-                "tokens",
-            )
-        }
-        for h in sorted(state.history, key=lambda h: h.epoch)
-    ]
-    seed = state.seed_eval
-    best_expected: float | None = None
-    if state.final is not None:
-        best_expected = state.final.val_expected_accuracy
-    elif state.history:
-        best_expected = state.history[-1].best.val_expected_accuracy
-    elif m.best is not None and seed is not None and seed.skills_version == m.best.skills:
-        best_expected = seed.val_expected_accuracy
-    return {
-        "epochs": epochs,
-        "seed": {
-            "val_accuracy": seed.val_accuracy if seed else None,
-            "val_expected_accuracy": seed.val_expected_accuracy if seed else None,
-        },
-        "best": {
-            "skills_version": m.best.skills if m.best else None,
-            "val_accuracy": m.best.val_accuracy if m.best else None,
-            "val_expected_accuracy": best_expected,
-        },
-    }
-
-
-def _f(x: Any) -> str:
-    return "   n/a" if x is None else f"{x:6.3f}"
-
-
-@click.command("report")
-@_WS
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@fail_on_trm_error
-def report_cmd(workspace: Path, as_json: bool) -> None:
-    """Per-epoch accuracies and counts, the seed and the best version."""
-    data = report_data(workspace)
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
-        return
-    simulated = data["seed"]["val_expected_accuracy"] is not None
-    click.echo(
-        f"{'epoch':>5} {'val':>6} {'exp':>6} {'test':>6} {'acc':>4} {'rej':>4} {'rb':>3} "
-        f"{'gates':>5} {'E[FA]':>6} {'rollouts':>9} {'tokens':>11}"
-    )
-    for e in data["epochs"]:
-        click.echo(
-            f"{e['epoch']:>5} {_f(e['val_accuracy'])} {_f(e['val_expected_accuracy'])} "
-            f"{_f(e['test_accuracy'])} {e['accepted']:>4} {e['rejected']:>4} "
-            f"{e['rolled_back']:>3} {e['gates']:>5} {e['expected_false_accepts']:6.2f} "
-            f"{e['rollouts']:>9} {e['tokens']:>11}"
-        )
-    s, b = data["seed"], data["best"]
-    click.echo(f"seed: val {_f(s['val_accuracy'])} expected {_f(s['val_expected_accuracy'])}")
-    click.echo(
-        f"best: {b['skills_version']} val {_f(b['val_accuracy'])} expected "
-        f"{_f(b['val_expected_accuracy'])}"
-    )
-    if simulated:
-        click.echo("(expected accuracies: the SIMULATED world's oracle)")
-    _echo_budget(workspace)
-    sys.stdout.flush()
-
-
-def _echo_budget(workspace: Path) -> None:
-    """Rollouts and tokens per scope (init, e0, e1, …, final) and phase, from the ledger."""
-    from trm_assets.harness.storage.workspace import resolve_paths
-
-    state = json.loads(resolve_paths(workspace).state.read_text(encoding="utf-8"))
-    click.echo("budget (rollouts / tokens) by phase:")
-    for scope, phases in state["budget"].items():
-        parts = [
-            f"{phase} {v['rollouts']}/{v['prompt_tokens'] + v['completion_tokens']}"
-            for phase, v in sorted(phases.items())
-        ]
-        click.echo(f"  {scope:<6} " + ", ".join(parts))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from trm_assets.cli.train import report_cmd
+from trm_assets.cli.report import report_cmd
 from trm_assets.harness.reports import audit, lineage
 from trm_assets.harness.storage.runlog import RunLog, RunLogBusyError, RunLogReader
 from trm_assets_tests.reliability.conftest import (

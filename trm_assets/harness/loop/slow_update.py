@@ -634,6 +634,8 @@ def report_epoch(s: UnitSession) -> EpochReportOutcome:
                 "epoch": epoch,
                 "val_accuracy": state.eval_prev_acc,
                 "val_run_id": state.eval_prev_run_id,
+                "val_skills_version": val_sv,  # the pair val_accuracy is of (R, or a kept R2)
+                "val_prompts_version": val_pv,
                 "r_accuracy": _need(state.slow.r, "r").accuracy,
                 "r2_accuracy": r2_out.r2.accuracy if r2_out.r2 is not None else None,
                 "r2_kept": r2_out.kept,

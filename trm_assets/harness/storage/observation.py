@@ -96,10 +96,18 @@ OBS_DDL: Final[dict[str, str]] = {
             momentum_updated VARCHAR, system_tool_action VARCHAR, labels VARCHAR,
             accepted INTEGER, rejected INTEGER, rolled_back INTEGER, aborted INTEGER,
             gates INTEGER, expected_false_accepts DOUBLE, rollouts BIGINT, tokens BIGINT,
-            infra_failures BIGINT
+            infra_failures BIGINT, val_skills_version VARCHAR, val_prompts_version VARCHAR
         )""",
 }
 OBS_TABLES: Final[tuple[str, ...]] = tuple(OBS_DDL)
+#: Columns added after a table's first release (``ALTER TABLE … ADD COLUMN IF NOT EXISTS`` brings
+#: an older run log up to date): ``epoch_report``'s ``val_accuracy`` is the accuracy of the
+#: pair ``val_run_id`` evaluated, which is not the row's ``skills_version`` / ``prompts_version``
+#: (the current pair at the end of the epoch, whose accuracy ``test_accuracy`` is).
+_ADDED_COLUMNS: Final[tuple[tuple[str, str, str], ...]] = (
+    ("epoch_report", "val_skills_version", "VARCHAR"),
+    ("epoch_report", "val_prompts_version", "VARCHAR"),
+)
 
 
 # Logs whose observation tables exist already: the DDL runs once per writer, not per insert
@@ -113,6 +121,8 @@ def ensure_tables(log: RunLog) -> None:
     with log.transaction() as con:
         for ddl in OBS_DDL.values():
             con.execute(ddl)
+        for table, column, sql_type in _ADDED_COLUMNS:
+            con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {sql_type}")
     _ENSURED.add(log)
 
 

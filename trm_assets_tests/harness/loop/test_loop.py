@@ -72,7 +72,8 @@ import pytest
 from click.testing import CliRunner
 
 from trm_assets.cli.init import init_cmd
-from trm_assets.cli.train import report_cmd, report_data, train_cmd
+from trm_assets.cli.report import report_cmd, report_data
+from trm_assets.cli.train import train_cmd
 from trm_assets.domain.baseline_cache import (
     LADDER_DRAW,
     BaselineKey,
@@ -746,24 +747,47 @@ def test_smoke_cli_two_epochs_raise_expected_acc(tmp_path: Path) -> None:
     keys = {
         "epoch", "val_accuracy", "test_accuracy", "val_expected_accuracy", "accepted",
         "rejected", "rolled_back", "gates", "expected_false_accepts", "rollouts", "tokens",
+        "val_skills_version", "val_prompts_version", "test_skills_version",
+        "test_prompts_version",
     }  # fmt: skip
     for e in report["epochs"]:
         assert set(e) == keys and e["rollouts"] > 0 and e["tokens"] > 0
         assert e["val_accuracy"] is not None and e["val_expected_accuracy"] is not None
     assert set(report["seed"]) == {"val_accuracy", "val_expected_accuracy"}
-    assert set(report["best"]) == {"skills_version", "val_accuracy", "val_expected_accuracy"}
+    assert set(report["best"]) == {
+        "skills_version", "prompts_version", "val_accuracy", "val_expected_accuracy",
+    }  # fmt: skip
     assert report["best"]["val_expected_accuracy"] > report["seed"]["val_expected_accuracy"]
     smoke = load_config(SMOKE_CONFIG, environ={}, dotenv_path=None)
     assert read_manifest(ws).current.skills == report["best"]["skills_version"]  # delivered
     # the numbers, recomputed from the run log and the store (not through report_data)
     wsp = Path(ws)
     assert report["seed"]["val_accuracy"] == pytest.approx(run_accuracy(wsp, "train_init")[0])
+    epoch_rows = {r["epoch"]: r for r in read_rows(wsp / "runs.duckdb", "epoch_report")}
     for e in report["epochs"]:
         kept = evaluated_run(wsp, e["epoch"])
         assert e["val_accuracy"] == pytest.approx(run_accuracy(wsp, kept)[0]), e
+        # each accuracy beside the pair its run evaluated (a review found val of one pair next
+        # to the versions and test accuracy of another, with no column saying so)
+        val_pair = run_versions(wsp, kept)
+        assert (e["val_skills_version"], e["val_prompts_version"]) == val_pair, e
+        row = epoch_rows[e["epoch"]]
+        assert (row["val_skills_version"], row["val_prompts_version"]) == val_pair
+        assert run_versions(wsp, row["val_run_id"]) == val_pair
+        test_run = f"train_test_{e['test_skills_version']}_{e['test_prompts_version']}"
+        assert run_versions(wsp, test_run) == (e["test_skills_version"], e["test_prompts_version"])
+        assert e["test_accuracy"] == pytest.approx(run_accuracy(wsp, test_run)[0]), e
+        assert (row["skills_version"], row["prompts_version"]) == run_versions(wsp, test_run)
     best = best_run(wsp, len(report["epochs"]))
     assert report["best"]["val_accuracy"] == pytest.approx(run_accuracy(wsp, best)[0])
-    assert report["best"]["skills_version"] == run_versions(wsp, best)[0]
+    best_pair = run_versions(wsp, best)
+    assert (report["best"]["skills_version"], report["best"]["prompts_version"]) == best_pair
+    delivered = report["delivered"]  # finalize: the best, and its accuracy on the test pool
+    assert (delivered["skills_version"], delivered["prompts_version"]) == best_pair
+    assert delivered["val_accuracy"] == pytest.approx(run_accuracy(wsp, best)[0])
+    final_run = f"train_test_{best_pair[0]}_{best_pair[1]}"
+    assert delivered["test_accuracy"] == pytest.approx(run_accuracy(wsp, final_run)[0])
+    assert f"delivered ({delivered['reason']}): {best_pair[0]}/{best_pair[1]} val" in text.output
     assert smoke.epochs == 2
 
 

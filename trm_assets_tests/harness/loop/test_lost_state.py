@@ -45,7 +45,7 @@ def test_a_state_lost_after_a_step_is_refused_and_reported(tmp_path: Path) -> No
 @pytest.mark.parametrize("junk", [b'{"epoch": 0, "next', b"\x00\xff\xfe"])
 def test_trm_report_on_an_unreadable_state_names_the_file(tmp_path: Path, junk: bytes) -> None:
     """`trm report` read state.json with a bare json.loads (a JSONDecodeError traceback)."""
-    from trm_assets.cli.train import report_data
+    from trm_assets.cli.report import report_data
 
     cfg = tiny_config()
     ws = new_workspace(tmp_path / "ws", cfg)

@@ -145,3 +145,24 @@ def test_observation_rows_wait_for_the_foreground_flush(
         write_rows(log, "gate_evidence", [_block_row(3, "ACCEPT")])  # after the flush: a new one
     assert statements == [3, 1]
     assert sorted(r["block"] for r in read_rows(db, "gate_evidence")) == [0, 1, 2, 3]
+
+
+def test_an_older_run_log_gets_the_columns_added_since(tmp_path: Path) -> None:
+    """`epoch_report` gained the pair its val_accuracy is of: a run log written before has the
+    table without them, and a resumed run writes its next epoch's row into it."""
+    db = tmp_path / "runs.duckdb"
+    added = ", val_skills_version VARCHAR, val_prompts_version VARCHAR"
+    old_ddl = obs.OBS_DDL["epoch_report"].replace(added, "")
+    assert old_ddl != obs.OBS_DDL["epoch_report"]
+    with RunLog.open(db) as log, log.transaction() as con:
+        con.execute(old_ddl)
+        con.execute("INSERT INTO epoch_report (epoch, val_accuracy) VALUES (0, 0.5)")
+    with RunLog.open(db) as log:
+        row = {"epoch": 1, "val_skills_version": "v2", "val_prompts_version": "v1"}
+        write_rows(log, "epoch_report", [row])
+    got = sorted(read_rows(db, "epoch_report"), key=lambda r: r["epoch"])
+    assert [(r["epoch"], r["val_skills_version"], r["val_prompts_version"]) for r in got] == [
+        (0, None, None),
+        (1, "v2", "v1"),
+    ]
+    assert got[0]["val_accuracy"] == 0.5
