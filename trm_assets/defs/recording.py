@@ -325,7 +325,8 @@ class Recorder:
             "accepted": counts["accept"],
             "rejected": counts["reject"],
             "gates": gates_table(gates),
-            "per_task_type": refs.table(),
+            # the batch's rollouts by task type (a batch covers some types: the others n = 0)
+            "per_task_type": refs.table(per_task_accuracy(self.workspace / "runs.duckdb", run_id)),
         }
         return md, refs.provenance(self.keys)
 

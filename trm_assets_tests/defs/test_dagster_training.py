@@ -296,6 +296,30 @@ def test_every_epoch_eval_row_names_exactly_the_evaluated_version(trained: Train
         assert last.status == SUCCEEDED
 
 
+def test_every_step_results_row_is_the_steps_own_rollouts(trained: Trained) -> None:
+    """`step_results` showed n = 0 and no accuracy for every task type although the step rolled
+    out its batch (hostile review): each row is now the batch run's accuracy for that type."""
+    exp, ws = trained.lineage, trained.workspace
+    checked = 0
+    with dg.DagsterInstance.from_config(str(trained.home)) as instance:
+        for mat in history(instance, key(exp, "step_results")).values():
+            e, s = int(mat.metadata["epoch"].value), int(mat.metadata["step"].value)
+            run = f"train_e{e}_s{s}"
+            assert mat.metadata["rollout_run_id"].value == run
+            _, per_type = run_accuracy(ws, run)
+            shown = {
+                r.data["task_type"]: (r.data["accuracy"], r.data["n"])
+                for r in mat.metadata["per_task_type"].value.records
+                if r.data["task_type"] != "(prompts)"
+            }
+            for t, (a, n) in shown.items():
+                want_a, want_n = per_type.get(t, (None, 0))
+                assert n == want_n and a == (None if want_a is None else pytest.approx(want_a))
+            assert sum(n for _, n in shown.values()) == sum(n for _, n in per_type.values()) > 0
+            checked += 1
+    assert checked >= 2
+
+
 def test_lineage_check_fails_on_a_wrong_reference(trained: Trained, tmp_path: Path) -> None:
     home = tmp_path / "home"
     shutil.copytree(trained.home, home)
