@@ -272,7 +272,10 @@ class Recorder:
             return
         ensure_partitions(self.instance, self.partitions.epochs_name, [e])
         yield dg.AssetMaterialization(
-            asset_key=self.keys.batches, partition=e, metadata=batches_metadata(state)
+            asset_key=self.keys.batches,
+            partition=e,
+            metadata=batches_metadata(state),
+            tags=dv_tags(_digest(state["batches"])),  # the question ids, batch by batch
         )
 
     def _baseline_caches(self) -> Iterator[Event]:
@@ -328,7 +331,22 @@ class Recorder:
             # the batch's rollouts by task type (a batch covers some types: the others n = 0)
             "per_task_type": refs.table(per_task_accuracy(self.workspace / "runs.duckdb", run_id)),
         }
-        return md, refs.provenance(self.keys)
+        # the epoch's batches event (recorded before this one, by the epoch's first step); its
+        # data version and pointer as Dagster would write them for that one partition
+        rec = _latest(self.instance, self.keys.batches, epoch_key(epoch))
+        batches_dv = (
+            (rec.asset_materialization.tags or {}).get(DATA_VERSION_TAG, "")
+            if (rec is not None and rec.asset_materialization is not None)
+            else ""
+        )
+        batches = provenance_tags(
+            self.keys.batches,
+            partitions_data_version({epoch_key(epoch): batches_dv}),
+            rec.storage_id if rec is not None else None,
+        )
+        # its own data version: two steps with the same inputs gate different edits
+        own = _digest({"run": run_id, "versions": [skills, prompts], "gates": gates})
+        return md, {**refs.provenance(self.keys), **batches, **dv_tags(own)}
 
     def epoch(
         self, epoch: int, simulated: bool

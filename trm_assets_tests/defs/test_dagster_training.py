@@ -300,7 +300,9 @@ def test_every_step_results_row_is_the_steps_own_rollouts(trained: Trained) -> N
     """`step_results` showed n = 0 and no accuracy for every task type although the step rolled
     out its batch (hostile review): each row is now the batch run's accuracy for that type."""
     exp, ws = trained.lineage, trained.workspace
-    checked = 0
+    checked, versions = 0, dict[str, set[str]]()
+    state = json.loads((ws / "state.json").read_text())
+    steps = range(build_experiment(exp).scope.experiment.run_config().steps_per_epoch)
     with dg.DagsterInstance.from_config(str(trained.home)) as instance:
         for mat in history(instance, key(exp, "step_results")).values():
             e, s = int(mat.metadata["epoch"].value), int(mat.metadata["step"].value)
@@ -316,8 +318,36 @@ def test_every_step_results_row_is_the_steps_own_rollouts(trained: Trained) -> N
                 want_a, want_n = per_type.get(t, (None, 0))
                 assert n == want_n and a == (None if want_a is None else pytest.approx(want_a))
             assert sum(n for _, n in shown.values()) == sum(n for _, n in per_type.values()) > 0
+            # lineage to the exact batches event of its epoch (it pointed at nothing, with the
+            # data version of no data, and two steps shared one data version)
+            ((batch_id, batch),) = history(instance, key(exp, "batches"), f"e{e}").items()
+            sizes = json.loads(batch.metadata["sizes"].value)  # steps roll out the first ones
+            assert sizes[: len(steps)] == batch_sizes(ws, e, len(steps))
+            up = key(exp, "batches").to_user_string()
+            assert mat.tags[f"dagster/input_event_pointer/{up}"] == str(batch_id)
+            batch_dv = batch.tags["dagster/data_version"]
+            if e == state["epoch_started"]:  # the checkpoint holds the last epoch's batches
+                blob = json.dumps(state["batches"], sort_keys=True, separators=(",", ":"))
+                assert batch_dv == hashlib.sha256(blob.encode()).hexdigest()[:16]
+            want = hashlib.sha256(batch_dv.encode()).hexdigest()
+            assert mat.tags[f"dagster/input_data_version/{up}"] == want
+            versions.setdefault(mat.tags["dagster/data_version"], set()).add(run)
             checked += 1
-    assert checked >= 2
+    assert checked >= 2 and all(len(runs) == 1 for runs in versions.values()), versions
+
+
+def batch_sizes(ws: Path, epoch: int, steps: int) -> list[int]:
+    """The questions each step of an epoch rolled out (its batch), from the run log."""
+    with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
+        return [
+            int(
+                con.execute(
+                    "SELECT count(DISTINCT question_id) FROM predictions WHERE run_id = ?",
+                    [f"train_e{epoch}_s{s}"],
+                ).fetchone()[0]  # type: ignore[index]
+            )
+            for s in range(steps)
+        ]
 
 
 def test_lineage_check_fails_on_a_wrong_reference(trained: Trained, tmp_path: Path) -> None:
