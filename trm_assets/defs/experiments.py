@@ -125,8 +125,13 @@ def registry_path(dagster_home: str | Path) -> Path:
     return Path(dagster_home) / REGISTRY_FILE
 
 
-def load_registry(dagster_home: str | Path | None) -> dict[str, Experiment]:
-    """``{name: experiment}`` of ``$DAGSTER_HOME/experiments.yaml`` (empty when absent)."""
+def load_registry(
+    dagster_home: str | Path | None, *, skip_invalid: bool = False
+) -> dict[str, Experiment]:
+    """``{name: experiment}`` of ``$DAGSTER_HOME/experiments.yaml`` (empty when absent). An
+    invalid entry is an error, or with ``skip_invalid`` (the code location: one broken entry
+    must not hide the others) a warning naming it, and left out. :func:`register` reads
+    strictly: it writes back every entry it read."""
     if dagster_home is None:
         return {}
     path = registry_path(dagster_home)
@@ -147,7 +152,10 @@ def load_registry(dagster_home: str | Path | None) -> dict[str, Experiment]:
             detail = (
                 "; ".join(describe_validation_error(e)) if isinstance(e, ValidationError) else e
             )
-            raise ExperimentError(f"{path}: experiment {name!r}: {detail}") from None
+            problem = f"{path}: experiment {name!r}: {detail}"
+            if not skip_invalid:
+                raise ExperimentError(problem) from None
+            warnings.warn(f"{problem}; not served", stacklevel=2)
     return out
 
 
@@ -221,7 +229,7 @@ def code_location_experiments(environ: dict[str, str] | None = None) -> list[Exp
     named by ``TRM_DAGSTER_WORKSPACE`` (and ``TRM_DAGSTER_CONFIG``); the default workspace when
     there is none. Sorted by name."""
     env = os.environ if environ is None else environ
-    found = dict(load_registry(env.get("DAGSTER_HOME") or None))
+    found = dict(load_registry(env.get("DAGSTER_HOME") or None, skip_invalid=True))
     ws = env.get("TRM_DAGSTER_WORKSPACE")
     if ws:
         extra = Experiment(workspace=ws, config_path=env.get("TRM_DAGSTER_CONFIG", "")).absolute()

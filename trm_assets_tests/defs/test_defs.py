@@ -41,6 +41,31 @@ def test_definitions_load_the_default_experiment(
     }
 
 
+def test_one_invalid_registry_entry_does_not_hide_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry whose name is invalid stopped the whole code location from loading (a
+    traceback, no experiment served; review). It is now left out with a warning; `register`
+    still refuses to rewrite such a registry (it writes back every entry it read)."""
+    import importlib
+
+    import trm_assets.definitions as definitions
+
+    good = register(tmp_path, Experiment(workspace=str(tmp_path / "good")))
+    with (tmp_path / "experiments.yaml").open("a", encoding="utf-8") as fh:
+        fh.write("  9bad-name:\n    workspace: /tmp/x\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.delenv("TRM_DAGSTER_WORKSPACE", raising=False)
+    with pytest.warns(UserWarning, match="experiment '9bad-name': .*; not served"):
+        defs = importlib.reload(definitions).defs
+    dg.Definitions.validate_loadable(defs)
+    assert {j.name for j in defs.jobs} == {
+        f"{good.name}__{j}" for j in ("gate_step", "slow_update", "epoch", "finalize")
+    }
+    with pytest.raises(ExperimentError, match="9bad-name"):
+        register(tmp_path, Experiment(workspace=str(tmp_path / "other")))
+
+
 def test_registry_refuses_a_taken_name(tmp_path: Path) -> None:
     register(tmp_path, Experiment(workspace=str(tmp_path / "a" / "ws")))
     register(tmp_path, Experiment(workspace=str(tmp_path / "a" / "ws")))  # the same: no-op
