@@ -205,3 +205,31 @@ def test_trm_check_lists_every_problem(ws: Path, tmp_path: Path) -> None:
     for want in expected:
         assert sum(want in p for p in problems) == 1, (want, problems)
     assert len(problems) == len(expected), problems
+
+
+def test_trm_check_finds_a_run_log_that_disagrees_with_the_manifest(ws: Path) -> None:
+    """`trm check` said ok with a finished run's predictions deleted, and with the best's
+    evidence run recording another version than the manifest's best (review)."""
+    import duckdb
+
+    from trm_assets.cli.check import check_cmd
+
+    m = json.loads((ws / "manifest.json").read_text(encoding="utf-8"))
+    best_run, best_skills = m["best"]["run_id"], m["best"]["skills"]
+    step_run = next(h["run_id"] for h in m["history"] if h["run_id"] != best_run)
+    with duckdb.connect(str(ws / "runs.duckdb")) as con:
+        (n,) = con.execute("SELECT n_rollouts FROM runs WHERE run_id = ?", [step_run]).fetchone()
+        con.execute("DELETE FROM predictions WHERE run_id = ?", [step_run])
+        con.execute("UPDATE runs SET skills_version = 'v9' WHERE run_id = ?", [best_run])
+    res = CliRunner().invoke(check_cmd, [str(ws)])
+    assert res.exit_code == 1, res.output
+    problems = [ln for ln in res.output.splitlines() if ln.startswith("problem: ")]
+    db = ws / "runs.duckdb"
+    assert problems == [
+        f"problem: {db}: run {step_run!r} counted {n} rollout(s) but table predictions holds 0 "
+        "(rows deleted or added after it finished)",
+        f"problem: {db}: run {best_run!r} evaluated v9/{m['best']['prompts']} by table runs, but "
+        f"manifest.json (its history) says {best_skills}/{m['best']['prompts']}",
+        f"problem: {db}: run {best_run!r} evaluated v9/{m['best']['prompts']} by table runs, but "
+        f"manifest.json (the best's evidence) says {best_skills}/{m['best']['prompts']}",
+    ], res.output

@@ -236,7 +236,12 @@ def _check_run_log(
                     f"({manifest.workspace_id} in manifest.json) — copied from another workspace? "
                     "Put this workspace's own runs.duckdb back"
                 )
-            runs = {str(r["run_id"]) for r in reader.query("SELECT run_id FROM runs")}
+            rows = reader.query(
+                "SELECT r.run_id, r.status, r.n_rollouts, r.skills_version, r.prompts_version, "
+                "(SELECT count(*) FROM predictions p WHERE p.run_id = r.run_id) AS n_pred "
+                "FROM runs r"
+            )
+            runs = {str(r["run_id"]) for r in rows}
             n_pred = reader.query("SELECT count(*) AS n FROM predictions")[0]["n"]
         except TrmError as e:
             report.problems.append(str(e))
@@ -249,8 +254,43 @@ def _check_run_log(
             f"{path}: run {run_id!r}, which state.json refers to, is not in table runs (the run "
             "log is older than the checkpoint, or from elsewhere)"
         )
+    if manifest.workspace_id is None or stored in (None, manifest.workspace_id):  # not foreign
+        _check_runs_agree(path, manifest, {str(r["run_id"]): r for r in rows}, report)
     report.checked["runs"] = len(runs)
     report.checked["predictions"] = int(n_pred)
+
+
+def _check_runs_agree(
+    path: Path, manifest: Manifest, runs: dict[str, dict[str, Any]], report: CheckReport
+) -> None:
+    """The run log and the manifest tell one story: a finished run holds the rollouts it counted
+    (``finish_run`` counts them from ``predictions``), and every run the manifest names (its
+    history, the best's evidence) is in the run log with the versions the manifest says."""
+    for run_id, r in sorted(runs.items()):
+        if r["status"] == "done" and int(r["n_rollouts"] or 0) != int(r["n_pred"]):
+            report.problems.append(
+                f"{path}: run {run_id!r} counted {r['n_rollouts']} rollout(s) but table "
+                f"predictions holds {r['n_pred']} (rows deleted or added after it finished)"
+            )
+    named = [
+        (h.run_id, h.skills_version, h.prompts_version, "its history") for h in manifest.history
+    ]
+    best = manifest.best
+    if best is not None and best.run_id is not None:
+        named.append((best.run_id, best.skills, best.prompts, "the best's evidence"))
+    for run_id, skills, prompts, role in named:
+        row = runs.get(run_id)
+        if row is None:
+            report.problems.append(
+                f"{path}: run {run_id!r}, which manifest.json names ({role}), is not in table runs"
+            )
+            continue
+        said, logged = (skills, prompts), (row["skills_version"], row["prompts_version"])
+        if None not in said and said != logged:
+            report.problems.append(
+                f"{path}: run {run_id!r} evaluated {logged[0]}/{logged[1]} by table runs, but "
+                f"manifest.json ({role}) says {said[0]}/{said[1]}"
+            )
 
 
 # ------------------------------------------------------------------------------------------------
