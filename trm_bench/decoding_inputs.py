@@ -142,8 +142,14 @@ def load_inputs(
         )
     if workspace is None:
         pools = build_pools(cfg, dataset.questions)
+    elif not (workspace / "manifest.json").is_file():
+        raise ProbeError(f"{workspace}: not a workspace (no manifest.json)")
     elif not (workspace / "pools.json").is_file():
-        raise ProbeError(f"{workspace}: no pools.json (not a workspace, or never initialized)")
+        raise ProbeError(
+            f"{workspace}: no pools.json yet (a workspace's pools are frozen by its first `trm "
+            "train` or `trm run`); before that, leave out --workspace: the same config draws the "
+            "same pools"
+        )
     else:
         pools = load_pools(workspace / "pools.json", dataset.questions)
     return ProbeInputs(

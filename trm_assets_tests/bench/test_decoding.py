@@ -21,6 +21,7 @@ from trm_assets.llm.settings import Settings
 from trm_assets.llm.sim.provider import SimulatedProvider
 from trm_assets.llm.sim.server import SimServer
 from trm_assets.llm.sim.world import load_world
+from trm_assets_tests.tiny import new_workspace
 from trm_bench.decoding import DEFAULT_PROMPTS, probe_temperature, run_probe
 from trm_bench.decoding_inputs import VARIANT_LINE, ProbeError, load_inputs, neutral_variant
 from trm_bench.decoding_report import format_report, recommendation
@@ -262,14 +263,19 @@ def test_a_workspace_s_pools_keep_its_test_pool_out(tmp_path: Path) -> None:
     own = build_pools(cfg, load_inputs(cfg, 10, DEFAULT_PROMPTS).dataset.questions)
     # a workspace whose test pool is the config split's validation pool
     ws_pools = make_pools(own.validation, own.test, own.diagnosis)
-    (tmp_path / "pools.json").write_text(json.dumps(pools_to_dict(ws_pools)), encoding="utf-8")
-    before = (tmp_path / "pools.json").read_bytes()
+    ws = new_workspace(tmp_path / "ws", cfg)
+    # a workspace after `trm init` only: its pools are not frozen yet (review: it was called
+    # "not a workspace, or never initialized")
+    with pytest.raises(ProbeError, match=r"no pools\.json yet .* leave out --workspace"):
+        load_inputs(cfg, 10, DEFAULT_PROMPTS, workspace=ws)
+    (ws / "pools.json").write_text(json.dumps(pools_to_dict(ws_pools)), encoding="utf-8")
+    before = (ws / "pools.json").read_bytes()
     plain = {q.question_id for q in load_inputs(cfg, 100, DEFAULT_PROMPTS).questions}
     assert plain & set(ws_pools.test)  # without it, the workspace's test questions are probed
-    inputs = load_inputs(cfg, 48, DEFAULT_PROMPTS, workspace=tmp_path)
+    inputs = load_inputs(cfg, 48, DEFAULT_PROMPTS, workspace=ws)
     assert not {q.question_id for q in inputs.questions} & set(ws_pools.test)
-    assert (tmp_path / "pools.json").read_bytes() == before
-    with pytest.raises(ProbeError, match=r"no pools\.json"):
+    assert (ws / "pools.json").read_bytes() == before
+    with pytest.raises(ProbeError, match=r"not a workspace \(no manifest\.json\)"):
         load_inputs(cfg, 10, DEFAULT_PROMPTS, workspace=tmp_path / "nothing-here")
 
 
