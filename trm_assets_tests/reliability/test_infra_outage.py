@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from trm_assets_tests.tiny import REPO, new_workspace, tiny_config
 
@@ -75,6 +76,58 @@ def test_a_small_unit_of_an_unreachable_endpoint_is_not_a_result(tmp_path: Path)
     ]  # fmt: skip
     proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert f"{cfg.val_size} of the last {cfg.val_size} model calls failed" in proc.stderr
+    assert f"every one of the last {cfg.val_size} rollout(s) failed" in proc.stderr
     assert "init:" not in proc.stdout  # the first unit stopped before its checkpoint
     assert not (ws / "state.json").exists()
+
+
+def _outage_after(simulated: bool, *barriers: list[tuple[int, bool, str]]) -> str | None:
+    """Feed barriers of rollouts (model calls, infra failure, stop) to the outage guard of a
+    fresh context (its window empty, as in a new Dagster run); the message, or None."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from trm_assets.harness.loop.context import InfraOutage, LoopContext
+
+    cfg = tiny_config()
+    fake: Any = SimpleNamespace(
+        cfg=cfg,
+        providers=SimpleNamespace(simulated=simulated),
+        _recent_infra=deque(maxlen=cfg.infra_outage_window),
+    )
+    try:
+        for i, rollouts in enumerate(barriers):
+            preds = [
+                SimpleNamespace(
+                    n_llm_calls=calls,
+                    failure_kind="infra" if infra else ("task" if stop != "answer" else None),
+                    error="infra: timeout" if infra else None,
+                )
+                for calls, infra, stop in rollouts
+            ]
+            LoopContext._check_outage(fake, SimpleNamespace(run_id=f"r{i}", predictions=preds))
+    except InfraOutage as e:
+        return str(e)
+    return None
+
+
+def test_a_small_window_stops_only_when_every_rollout_failed_for_infra() -> None:
+    """Review of the first small-window rule (every *call* failed): one fresh rollout whose only
+    call failed, beside rollouts served from the temperature-0 cache (0 calls) or ended by a
+    context overflow, stopped the unit; a rollout whose first call succeeded and whose second
+    failed did not, so a unit of such rollouts was still checkpointed with accuracy n/a."""
+    cached, answered = (0, False, "answer"), (1, False, "answer")
+    overflow, dead, died_late = (0, False, "context_length"), (0, True, "error"), (1, True, "error")
+    assert _outage_after(False, [cached, cached, cached, dead]) is None
+    assert _outage_after(False, [overflow, overflow, dead]) is None
+    assert _outage_after(False, [answered], [dead]) is None
+    msg = _outage_after(False, [died_late, died_late])
+    assert msg is not None and msg.startswith("every one of the last 2 rollout(s) failed")
+    assert "TRM_LLM_BASE_URL" in msg
+    assert _outage_after(False, [dead]) is not None  # an unreachable endpoint, one rollout
+    # the simulated world draws the same faults on every attempt: a small unit never stops (it
+    # would stop again at each resume); ten rollouts decide by the share of failed calls
+    assert _outage_after(True, [dead, dead]) is None
+    big = _outage_after(True, [dead] * 10)
+    assert big is not None and big.startswith("10 of the last 10 model calls failed")
+    assert "sim.fault_*_rate" in big and "TRM_LLM_BASE_URL" not in big

@@ -385,8 +385,11 @@ class LoopContext:
         timing out — stay data: the gate's own INFRA guard handles those.
 
         Until the window holds ``min(infra_outage_window, 10)`` rollouts (a small unit, a fresh
-        process: every Dagster run has its own), only a window in which *every* model call failed
-        stops the unit: a small unit of an unreachable endpoint was checkpointed as a result."""
+        process: every Dagster run has its own), a real endpoint's unit stops only when *every*
+        rollout of the window ended in an infra failure (a rollout served from the temperature-0
+        cache, or a task failure, is a result): such a unit of an unreachable endpoint was
+        checkpointed with accuracy n/a. Not in the simulated world, whose faults are the same
+        draws on every attempt: a drill's small unit would stop again at each resume, for good."""
         window = self._recent_infra
         for p in result.predictions:
             infra = p.failure_kind == FAILURE_INFRA
@@ -396,17 +399,24 @@ class LoopContext:
         failed = sum(f for _, f in window)
         if len(window) >= min(cfg.infra_outage_window, 10):
             outage = failed / max(calls, 1) > cfg.infra_outage_rate
+            what = f"{failed} of the last {calls} model calls"
         else:
-            outage = failed > 0 and failed == calls
+            outage = not self.providers.simulated and failed == len(window) > 0
+            what = f"every one of the last {len(window)} rollout(s)"
         if outage:
             errors = sorted({p.error for p in result.predictions if p.error})[:3]
             window.clear()
+            fix = (
+                "the simulated world injects these faults (sim.fault_*_rate): lower them, or "
+                "raise infra_outage_rate"
+                if self.providers.simulated
+                else "fix the endpoint (TRM_LLM_BASE_URL, TRM_LLM_API_KEY)"
+            )
             raise InfraOutage(
-                f"{failed} of the last {calls} model calls failed for infrastructure reasons "
+                f"{what} failed for infrastructure reasons "
                 f"(run {result.run_id}; model endpoint unreachable or failing: "
                 f"{'; '.join(errors) or 'no detail'}); the unit was stopped before its "
-                "checkpoint — fix the endpoint (TRM_LLM_BASE_URL, TRM_LLM_API_KEY) and run "
-                "`trm train --resume`"
+                f"checkpoint — {fix} and run `trm train --resume`"
             )
 
     # -- parameters -----------------------------------------------------------------------------
