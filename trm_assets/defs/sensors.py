@@ -34,6 +34,7 @@ IN_PROGRESS = [
 FAILED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 UNIT_TAG = "trm/unit"
 WORKSPACE_TAG = "trm/workspace"
+PARENT_RUN_TAG = "dagster/parent_run_id"  # set on every re-execution
 PID_TAG = "trm/pid"  # set on in-process runs (`trm train`): their worker is that process
 HOST_TAG = "trm/host"
 LOST_TAG = "trm/worker_lost"
@@ -55,7 +56,17 @@ def fail_lost_runs(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> l
     alive = []
     for run in runs:
         pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
-        if pid and pid.isdigit() and host == socket.gethostname() and not _process_alive(int(pid)):
+        # only a run the driver executed in process: STARTED at once, never re-executed (a
+        # re-execution from the UI inherits the parent's tags, pid included, but is launched
+        # by the daemon with a run worker of its own)
+        in_process = run.status == dg.DagsterRunStatus.STARTED and PARENT_RUN_TAG not in run.tags
+        if (
+            in_process
+            and pid
+            and pid.isdigit()
+            and host == socket.gethostname()
+            and not _process_alive(int(pid))
+        ):
             instance.add_run_tags(run.run_id, {LOST_TAG: "true"})
             instance.report_run_failed(run, f"its process (pid {pid}) is gone: worker lost")
             continue
