@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import os
 import re
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -169,8 +170,21 @@ def register(
     ``trm train`` uses for names derived from the directory), the name gets a suffix derived from
     the workspace path, so the same workspace always gets the same name.
     """
+    exp = experiment.absolute()
+    known = load_registry(dagster_home)
+    registered, changed = _resolve(dagster_home, known, exp, rename_on_conflict)
+    if not changed:  # registered as is: nothing to write, no lock (a read-only home works)
+        return registered
     with _registry_lock(dagster_home):  # read, change, write: one process at a time
-        return _register(dagster_home, experiment.absolute(), rename_on_conflict)
+        known = load_registry(dagster_home)
+        registered, changed = _resolve(dagster_home, known, exp, rename_on_conflict)
+        if changed:
+            _write_registry(dagster_home, {**known, registered.name: registered})
+        return registered
+
+
+#: How long a registration waits for another one to finish before it names the lock.
+REGISTRY_LOCK_WAIT_S = 30.0
 
 
 @contextmanager
@@ -180,22 +194,37 @@ def _registry_lock(dagster_home: str | Path) -> Iterator[None]:
     entries, each writing back what it had read."""
     home = Path(dagster_home)
     home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".experiments.lock", "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+    path = home / ".experiments.lock"
+    with open(path, "a+") as fh:
+        deadline = time.monotonic() + REGISTRY_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ExperimentError(
+                        f"{path}: another process has been registering an experiment for "
+                        f"{REGISTRY_LOCK_WAIT_S:.0f} s (a stopped `trm train` / `trm sweep`?); "
+                        "retry when it is done"
+                    ) from None
+                time.sleep(0.05)
         try:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def _register(dagster_home: str | Path, exp: Experiment, rename_on_conflict: bool) -> Experiment:
-    known = load_registry(dagster_home)
+def _resolve(
+    dagster_home: str | Path, known: dict[str, Experiment], exp: Experiment, rename: bool
+) -> tuple[Experiment, bool]:
+    """(the experiment as it is registered, whether the registry must change for it)."""
     same_ws = [e for e in known.values() if Path(e.workspace) == Path(exp.workspace)]
-    if same_ws and rename_on_conflict:
+    if same_ws and rename:
         exp = exp.model_copy(update={"name": same_ws[0].name})
     old = known.get(exp.name)
     if old is not None and Path(old.workspace) != Path(exp.workspace):
-        if not rename_on_conflict:
+        if not rename:
             raise ExperimentError(
                 f"{registry_path(dagster_home)}: experiment {exp.name!r} is already workspace "
                 f"{old.workspace}, not {exp.workspace}; give this workspace another name (a "
@@ -204,9 +233,10 @@ def _register(dagster_home: str | Path, exp: Experiment, rename_on_conflict: boo
         digest = hashlib.sha256(exp.workspace.encode()).hexdigest()[:6]
         exp = exp.model_copy(update={"name": f"{exp.name[:41]}_{digest}"})
         old = known.get(exp.name)
-    if old == exp:
-        return exp
-    known[exp.name] = exp
+    return exp, old != exp
+
+
+def _write_registry(dagster_home: str | Path, known: dict[str, Experiment]) -> None:
     body = {
         "experiments": {
             n: {
@@ -221,7 +251,6 @@ def _register(dagster_home: str | Path, exp: Experiment, rename_on_conflict: boo
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "# Experiments served by the trm_assets code location (written by trm train/sweep)\n"
     atomic_write_text(path, header + yaml.safe_dump(body, sort_keys=False))
-    return exp
 
 
 def code_location_experiments(environ: dict[str, str] | None = None) -> list[Experiment]:

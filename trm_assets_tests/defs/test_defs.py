@@ -210,3 +210,30 @@ def test_concurrent_registrations_keep_every_entry(tmp_path: Path) -> None:
         p.join(timeout=60)
     assert [p.exitcode for p in procs] == [0] * 8
     assert sorted(load_registry(tmp_path)) == sorted(f"r{i}" for i in range(8))
+
+
+def test_a_registration_that_changes_nothing_takes_no_lock_and_a_held_lock_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review of the registry lock: it was taken (the lock file created in DAGSTER_HOME) even
+    when the experiment was registered already, so a read-only home failed; and a stopped
+    holder made every registration wait for ever, silently."""
+    import fcntl
+
+    from trm_assets.defs import experiments
+
+    exp = Experiment(workspace=str(tmp_path / "ws"))
+    register(tmp_path, exp)
+    (tmp_path / ".experiments.lock").unlink()
+    before = (tmp_path / "experiments.yaml").read_bytes()
+    assert register(tmp_path, exp).name == "ws"
+    assert not (tmp_path / ".experiments.lock").exists()
+    assert (tmp_path / "experiments.yaml").read_bytes() == before
+    monkeypatch.setattr(experiments, "REGISTRY_LOCK_WAIT_S", 0.2)
+    with open(tmp_path / ".experiments.lock", "a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # another open file: a second holder
+        with pytest.raises(ExperimentError, match=r"\.experiments\.lock: another process"):
+            register(tmp_path, Experiment(workspace=str(tmp_path / "other")))
+    assert sorted(load_registry(tmp_path)) == ["ws"]
+    register(tmp_path, Experiment(workspace=str(tmp_path / "other")))  # released: it goes in
+    assert sorted(load_registry(tmp_path)) == ["other", "ws"]
