@@ -157,10 +157,17 @@ def test_dry_run_refuses_what_the_resume_would_refuse(
     assert "different structural configuration" in changed.output
     assert "pre-flight estimate" not in changed.output
 
+    # the simulated world prices its estimate from TRM_LLM_PRICE_* (README), and a malformed
+    # TRM_LLM_* setting its run never reads leaves the estimate unpriced, with a warning line
+    monkeypatch.setenv("TRM_LLM_PRICE_PROMPT_PER_1K", "0.001")
+    monkeypatch.setenv("TRM_LLM_PRICE_COMPLETION_PER_1K", "0.002")
+    priced = CliRunner().invoke(main, base)
+    assert priced.exit_code == 0 and "in the price unit of TRM_LLM_PRICE" in priced.output
     monkeypatch.setenv("TRM_LLM_TIMEOUT_S", "abc")
     fine = CliRunner().invoke(main, base)
     assert fine.exit_code == 0, fine.output
-    assert "pre-flight estimate" in fine.output and "TRM_LLM_TIMEOUT_S" not in fine.output
+    assert "pre-flight estimate" in fine.output and "price unit" not in fine.output
+    assert "warning: no prices in the estimate: TRM_LLM_TIMEOUT_S" in fine.output
     provider = ("llm_provider=openai", "agent_model=m", "evolve_model=m", "gate_passes=1")
     real = tiny_config("epochs=1", "steps_per_epoch=1", *provider)
     real_config = tmp_path / "real.yaml"

@@ -18,6 +18,7 @@ be accepted under these settings (e.g. validation pools too small for the block/
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -223,17 +224,27 @@ def prompt_token_estimate(prompt_chars: int, max_steps: int) -> float:
     return sum(base + 190 * k for k in range(turns)) + 40 * turns
 
 
+class EstimateWarning(UserWarning):
+    """Something the pre-flight estimate left out (shown as a ``warning:`` line by the CLI)."""
+
+
 def token_estimate(workspace: Path, cfg: RunConfig) -> TokenEstimate:
     """Measured tokens per rollout from the workspace's run log, else estimated from the prompt
     set (the seed prompts of a new workspace); prices from the engineering settings."""
     from trm_assets.harness.storage.runlog import RunLogReader
     from trm_assets.harness.storage.workspace import default_prompts_dir
-    from trm_assets.llm.settings import Settings
+    from trm_assets.llm.settings import Settings, SettingsError, load_settings
 
-    pp = cp = None
-    if cfg.llm_provider != "sim":  # the simulated world reads no TRM_LLM_* setting, nor bills
-        s = Settings()
-        pp, cp = s.price_prompt_per_1k, s.price_completion_per_1k
+    try:
+        s: Settings | None = load_settings()
+    except SettingsError as e:
+        if cfg.llm_provider != "sim":  # the run reads these settings: refuse them here too
+            raise
+        # the simulated world's run reads no TRM_LLM_* setting: the estimate goes on, unpriced
+        warnings.warn(f"no prices in the estimate: {e}", EstimateWarning, stacklevel=2)
+        s = None
+    pp = s.price_prompt_per_1k if s is not None else None
+    cp = s.price_completion_per_1k if s is not None else None
     db = workspace / "runs.duckdb"
     if db.is_file():
         try:

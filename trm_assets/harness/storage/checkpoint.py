@@ -475,9 +475,9 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
             "correctness no longer apply. Resume with the original config or start a new workspace."
         )
     if state.config_fingerprint != cfg.fingerprint():
-        drift = (str(path.absolute()), state.config_fingerprint, cfg.fingerprint())
-        if drift not in _DRIFTS_WARNED:  # the planner and the unit both load: warn once
-            _DRIFTS_WARNED.add(drift)
+        where, drift = str(path.absolute()), (state.config_fingerprint, cfg.fingerprint())
+        if _DRIFT_TOLD.get(where) != drift:  # the planner and the unit both load: tell it once
+            _DRIFT_TOLD[where] = drift
             warnings.warn(
                 drift_message(path, state.config_fingerprint, cfg),
                 ConfigDriftWarning,
@@ -487,7 +487,9 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
     return state
 
 
-_DRIFTS_WARNED: set[tuple[str, str, str]] = set()  # (checkpoint, old, new) told in this process
+#: The drift last told per checkpoint in this process: the same drift loaded again is not told
+#: again, any other one is (A → B, B → A, A → B in a long-lived process: three warnings).
+_DRIFT_TOLD: dict[str, tuple[str, str]] = {}
 
 
 #: Next to ``state.json``: the decision-relevant values of every config a unit of this workspace

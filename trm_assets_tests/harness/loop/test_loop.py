@@ -565,6 +565,20 @@ def test_state_fields_roundtrip_and_corruption(
         f"sim.ability: {json.dumps(cfg.sim.ability)} → 2.5); resuming with the new values"
     )
     assert [str(w.message).split("checkpoint ", 1)[1] for w in caught] == [expected]
+    # loaded again with the same drift: told once per process; another drift (or back and
+    # forth in a long-lived process) is told again
+    drifted_cfg = tiny_config("gate_alpha=0.2", "sim.ability=2.5")
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        load_state(ws / "state.json", drifted_cfg)
+        load_state(ws / "state.json", tiny_config("gate_alpha=0.3"))
+        load_state(ws / "state.json", drifted_cfg)
+        load_state(ws / "state.json", drifted_cfg)
+    told = [str(w.message) for w in again if issubclass(w.category, ConfigDriftWarning)]
+    assert [t.split("(", 1)[1].split(")")[0] for t in told] == [
+        f"gate_alpha: {json.dumps(cfg.gate_alpha)} → 0.3",
+        expected[1:].split(")")[0],
+    ]
     # a unit resumed under the new config records it (the next drift names keys against it)
     resumed = tmp_path / "resumed"
     shutil.copytree(snaps[-2], resumed)  # before the last unit
