@@ -41,6 +41,7 @@ def test_definitions_load_the_default_experiment(
     }
 
 
+@pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince20")  # dagster's
 def test_one_invalid_registry_entry_does_not_hide_the_others(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
