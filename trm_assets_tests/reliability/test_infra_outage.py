@@ -27,11 +27,8 @@ def _dead_port() -> int:
     return int(port)
 
 
-def test_an_outage_fails_the_run_and_leaves_it_resumable(tmp_path: Path) -> None:
-    cfg = tiny_config(
-        "llm_provider=openai", "agent_model=m", "evolve_model=m", "ground_truth=", "gate_passes=1"
-    )
-    ws = new_workspace(tmp_path / "ws", cfg)
+def _train_against_a_dead_endpoint(ws: Path, config: Path) -> subprocess.CompletedProcess[str]:
+    """`trm train --no-dagster` with the endpoint refusing connections and no retries."""
     env = {
         **os.environ,
         "TRM_LLM_BASE_URL": f"http://127.0.0.1:{_dead_port()}/v1",
@@ -41,9 +38,17 @@ def test_an_outage_fails_the_run_and_leaves_it_resumable(tmp_path: Path) -> None
     }
     args = [
         sys.executable, "-m", "trm_assets.cli", "train", "--workspace", str(ws),
-        "--config", str(ws / "config.yaml"), "--no-dagster",
+        "--config", str(config), "--no-dagster",
     ]  # fmt: skip
-    proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+
+
+def test_an_outage_fails_the_run_and_leaves_it_resumable(tmp_path: Path) -> None:
+    cfg = tiny_config(
+        "llm_provider=openai", "agent_model=m", "evolve_model=m", "ground_truth=", "gate_passes=1"
+    )
+    ws = new_workspace(tmp_path / "ws", cfg)
+    proc = _train_against_a_dead_endpoint(ws, ws / "config.yaml")
     assert proc.returncode != 0, proc.stdout + proc.stderr
     assert "error:" in proc.stderr and "infrastructure" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -63,18 +68,7 @@ def test_a_small_unit_of_an_unreachable_endpoint_is_not_a_result(tmp_path: Path)
     cfg = load_config(config)
     assert cfg.val_size < 10  # the case: init's barrier is below the window's minimum
     ws = new_workspace(tmp_path / "ws", cfg)
-    env = {
-        **os.environ,
-        "TRM_LLM_BASE_URL": f"http://127.0.0.1:{_dead_port()}/v1",
-        "TRM_LLM_API_KEY": "sk-test-outage",
-        "TRM_LLM_MAX_RETRIES": "0",
-        "TRM_LLM_TIMEOUT_S": "2",
-    }
-    args = [
-        sys.executable, "-m", "trm_assets.cli", "train", "--workspace", str(ws),
-        "--config", str(config), "--no-dagster",
-    ]  # fmt: skip
-    proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    proc = _train_against_a_dead_endpoint(ws, config)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"every one of the last {cfg.val_size} rollout(s) failed" in proc.stderr
     assert "init:" not in proc.stdout  # the first unit stopped before its checkpoint
