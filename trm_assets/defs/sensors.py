@@ -32,6 +32,7 @@ IN_PROGRESS = [
     dg.DagsterRunStatus.CANCELING,
 ]
 FAILED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+_IN_PROCESS_STATUSES = (dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTED)
 UNIT_TAG = "trm/unit"
 WORKSPACE_TAG = "trm/workspace"
 PARENT_RUN_TAG = "dagster/parent_run_id"  # set on every re-execution
@@ -56,10 +57,10 @@ def fail_lost_runs(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> l
     alive = []
     for run in runs:
         pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
-        # only a run the driver executed in process: STARTED at once, never re-executed (a
-        # re-execution from the UI inherits the parent's tags, pid included, but is launched
-        # by the daemon with a run worker of its own)
-        in_process = run.status == dg.DagsterRunStatus.STARTED and PARENT_RUN_TAG not in run.tags
+        # only a run the driver executed in process (created NOT_STARTED, then STARTED; never
+        # queued) and not a re-execution: one from the UI inherits the parent's tags, pid
+        # included, but is launched by the daemon with a run worker of its own
+        in_process = run.status in _IN_PROCESS_STATUSES and PARENT_RUN_TAG not in run.tags
         if (
             in_process
             and pid

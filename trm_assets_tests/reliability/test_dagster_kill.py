@@ -132,16 +132,26 @@ def test_a_resume_through_the_driver_fails_the_runs_a_killed_train_left(tmp_path
                 (dg.DagsterRunStatus.STARTED, rerun),
             )
         ]
-        for run in others:
+        # and a run of the killed driver that was created but never started: lost too
+        unstarted = DagsterRun(
+            job_name=lost.job_name,
+            run_id=make_new_run_id(),
+            status=dg.DagsterRunStatus.NOT_STARTED,
+            tags=lost.tags,
+        )
+        for run in (*others, unstarted):
             instance.add_run(run)
         summary = drive(trm, instance, echo=said.append, max_runs=0)
         after = instance.get_run_by_id(lost.run_id)
         kept = [instance.get_run_by_id(r.run_id) for r in others]
+        never = instance.get_run_by_id(unstarted.run_id)
     assert summary.runs == 0
     assert [r.status for r in kept if r is not None] == [r.status for r in others]
+    assert never is not None and never.status == dg.DagsterRunStatus.FAILURE
     assert after is not None and after.status == dg.DagsterRunStatus.FAILURE
     assert after.tags[LOST_TAG] == "true"
-    assert said == [
-        f"run {lost.run_id[:8]} ({lost.job_name}) was left in progress by a process that is "
-        "gone: marked failed"
-    ]
+    assert sorted(said) == sorted(
+        f"run {r.run_id[:8]} ({r.job_name}) was left in progress by a process that is gone: "
+        "marked failed"
+        for r in (lost, unstarted)
+    )
