@@ -127,7 +127,10 @@ def registry_path(dagster_home: str | Path) -> Path:
 
 
 def load_registry(
-    dagster_home: str | Path | None, *, skip_invalid: bool = False
+    dagster_home: str | Path | None,
+    *,
+    skip_invalid: bool = False,
+    skipped: list[str] | None = None,
 ) -> dict[str, Experiment]:
     """``{name: experiment}`` of ``$DAGSTER_HOME/experiments.yaml`` (empty when absent). An
     invalid entry is an error, or with ``skip_invalid`` (the code location: one broken entry
@@ -157,6 +160,8 @@ def load_registry(
             if not skip_invalid:
                 raise ExperimentError(problem) from None
             warnings.warn(f"{problem}; not served", stacklevel=2)
+            if skipped is not None:
+                skipped.append(str(name))
     return out
 
 
@@ -258,7 +263,8 @@ def code_location_experiments(environ: dict[str, str] | None = None) -> list[Exp
     named by ``TRM_DAGSTER_WORKSPACE`` (and ``TRM_DAGSTER_CONFIG``); the default workspace when
     there is none. Sorted by name."""
     env = os.environ if environ is None else environ
-    found = dict(load_registry(env.get("DAGSTER_HOME") or None, skip_invalid=True))
+    skipped: list[str] = []
+    found = dict(load_registry(env.get("DAGSTER_HOME") or None, skip_invalid=True, skipped=skipped))
     ws = env.get("TRM_DAGSTER_WORKSPACE")
     if ws:
         extra = Experiment(workspace=ws, config_path=env.get("TRM_DAGSTER_CONFIG", "")).absolute()
@@ -271,7 +277,7 @@ def code_location_experiments(environ: dict[str, str] | None = None) -> list[Exp
             )
         else:
             found[extra.name] = extra
-    if not found:
+    if not found and not skipped:  # a registry of broken entries does not become `default`
         default = Experiment(
             name="default",
             workspace=str(PROJECT_ROOT / DEFAULT_WORKSPACE),

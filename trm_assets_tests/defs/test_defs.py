@@ -13,7 +13,13 @@ from click.testing import CliRunner
 
 from trm_assets.cli import main
 from trm_assets.defs.build import build_experiment
-from trm_assets.defs.experiments import Experiment, ExperimentError, load_registry, register
+from trm_assets.defs.experiments import (
+    Experiment,
+    ExperimentError,
+    code_location_experiments,
+    load_registry,
+    register,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,6 +71,18 @@ def test_one_invalid_registry_entry_does_not_hide_the_others(
     }
     with pytest.raises(ExperimentError, match="9bad-name"):
         register(tmp_path, Experiment(workspace=str(tmp_path / "other")))
+    # a registry whose only entry is broken serves nothing: not the repository's `default`
+    # workspace, which Materialize would then train in the user's place (review)
+    only_bad = tmp_path / "only_bad"
+    only_bad.mkdir()
+    (only_bad / "experiments.yaml").write_text(
+        "experiments:\n  my_exp:\n    workspace: /tmp/x\n    config_pth: /tmp/x.yaml\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DAGSTER_HOME", str(only_bad))
+    with pytest.warns(UserWarning, match="experiment 'my_exp': .*; not served"):
+        assert code_location_experiments() == []
+        dg.Definitions.validate_loadable(importlib.reload(definitions).defs)
 
 
 def test_registry_refuses_a_taken_name(tmp_path: Path) -> None:
