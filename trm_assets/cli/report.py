@@ -57,7 +57,9 @@ def report_data(workspace: Path) -> dict[str, Any]:
     best_expected: float | None = None
     if state.final is not None:
         best_expected = state.final.val_expected_accuracy
-    elif state.history:
+    elif state.history and m.best is not None and _same_pair(state.history[-1].best, m.best):
+        # the last epoch report's best, while the manifest's best is still that pair (a slow
+        # update under way can have moved it: its expected accuracy is not known yet)
         best_expected = state.history[-1].best.val_expected_accuracy
     elif m.best is not None and seed is not None and seed.skills_version == m.best.skills:
         best_expected = seed.val_expected_accuracy
@@ -152,3 +154,7 @@ def _echo_budget(workspace: Path) -> None:
             for phase, v in sorted(phases.items())
         ]
         click.echo(f"  {scope:<6} " + ", ".join(parts))
+
+
+def _same_pair(summary: Any, best: Any) -> bool:
+    return (summary.skills_version, summary.prompts_version) == (best.skills, best.prompts)

@@ -233,3 +233,34 @@ def test_trm_check_finds_a_run_log_that_disagrees_with_the_manifest(ws: Path) ->
         f"problem: {db}: run {best_run!r} evaluated v9/{m['best']['prompts']} by table runs, but "
         f"manifest.json (the best's evidence) says {best_skills}/{m['best']['prompts']}",
     ], res.output
+
+
+def test_a_run_recorded_after_the_checkpoint_is_a_note_one_before_it_a_problem(ws: Path) -> None:
+    """The loop names a run in the manifest before its row reaches the run log (written behind):
+    a workspace killed in between is healthy (the next unit rolls the record back), and `trm
+    check` called it broken (review: 5 of 6 random kills). A run the checkpoint covers that is
+    missing from the run log stays a problem."""
+    import duckdb
+
+    from trm_assets.cli.check import check_cmd
+    from trm_assets.harness.storage.workspace import record_run
+
+    state = json.loads((ws / "state.json").read_text(encoding="utf-8"))
+    covered = state["workspace_mark"]["history_len"]
+    record_run(ws, "train_e0_s9", skills_version="v1", prompts_version="v1", kind="step")
+    late = CliRunner().invoke(check_cmd, [str(ws)])
+    assert late.exit_code == 0, late.output
+    assert "note: " in late.output and "'train_e0_s9', which manifest.json names" in late.output
+    m = json.loads((ws / "manifest.json").read_text(encoding="utf-8"))
+    assert len(m["history"]) == covered + 1  # the new record is past the checkpoint's mark
+    gone = m["history"][covered - 1]["run_id"]  # the checkpoint's last recorded run
+    with duckdb.connect(str(ws / "runs.duckdb")) as con:
+        con.execute("DELETE FROM predictions WHERE run_id = ?", [gone])
+        con.execute("DELETE FROM runs WHERE run_id = ?", [gone])
+    res = CliRunner().invoke(check_cmd, [str(ws)])
+    assert res.exit_code == 1, res.output
+    problems = [ln for ln in res.output.splitlines() if ln.startswith("problem: ")]
+    assert problems == [
+        f"problem: {ws / 'runs.duckdb'}: run {gone!r}, which manifest.json names (its history), "
+        "is not in table runs"
+    ]

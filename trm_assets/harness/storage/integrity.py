@@ -21,7 +21,7 @@ in use by another process.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -255,35 +255,55 @@ def _check_run_log(
             "log is older than the checkpoint, or from elsewhere)"
         )
     if manifest.workspace_id is None or stored in (None, manifest.workspace_id):  # not foreign
-        _check_runs_agree(path, manifest, {str(r["run_id"]): r for r in rows}, report)
+        mark = state.workspace_mark if state is not None else {}
+        _check_runs_agree(path, manifest, mark, {str(r["run_id"]): r for r in rows}, report)
     report.checked["runs"] = len(runs)
     report.checked["predictions"] = int(n_pred)
 
 
 def _check_runs_agree(
-    path: Path, manifest: Manifest, runs: dict[str, dict[str, Any]], report: CheckReport
+    path: Path,
+    manifest: Manifest,
+    mark: Mapping[str, Any],
+    runs: dict[str, dict[str, Any]],
+    report: CheckReport,
 ) -> None:
     """The run log and the manifest tell one story: a finished run holds the rollouts it counted
     (``finish_run`` counts them from ``predictions``), and every run the manifest names (its
-    history, the best's evidence) is in the run log with the versions the manifest says."""
+    history, the best's evidence) is in the run log with the versions the manifest says.
+
+    A run is named in the manifest before its row reaches the run log (the row is written
+    behind), so a run recorded after the checkpoint (past the mark's history, a best the mark
+    does not hold) that is missing is a note: a killed command left it, and the next unit rolls
+    it back (a killed `trm eval` runs again)."""
     for run_id, r in sorted(runs.items()):
         if r["status"] == "done" and int(r["n_rollouts"] or 0) != int(r["n_pred"]):
             report.problems.append(
                 f"{path}: run {run_id!r} counted {r['n_rollouts']} rollout(s) but table "
                 f"predictions holds {r['n_pred']} (rows deleted or added after it finished)"
             )
+    covered = int(mark.get("history_len", 0))
     named = [
-        (h.run_id, h.skills_version, h.prompts_version, "its history") for h in manifest.history
+        (h.run_id, h.skills_version, h.prompts_version, "its history", i < covered)
+        for i, h in enumerate(manifest.history)
     ]
     best = manifest.best
     if best is not None and best.run_id is not None:
-        named.append((best.run_id, best.skills, best.prompts, "the best's evidence"))
-    for run_id, skills, prompts, role in named:
+        marked = (mark.get("best") or {}).get("run_id") == best.run_id
+        named.append((best.run_id, best.skills, best.prompts, "the best's evidence", marked))
+    for run_id, skills, prompts, role, checkpointed in named:
         row = runs.get(run_id)
         if row is None:
-            report.problems.append(
+            where = (
                 f"{path}: run {run_id!r}, which manifest.json names ({role}), is not in table runs"
             )
+            if checkpointed:
+                report.problems.append(where)
+            else:
+                report.notes.append(
+                    f"{where}: recorded after the checkpoint by a command that was stopped "
+                    "(resume, or run that `trm eval` again)"
+                )
             continue
         said, logged = (skills, prompts), (row["skills_version"], row["prompts_version"])
         if None not in said and said != logged:

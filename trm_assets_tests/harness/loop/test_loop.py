@@ -815,3 +815,42 @@ def test_changed_settings_names_every_changed_leaf() -> None:
         "new: unset → null",
     ]
     assert changed_settings(old, old) == []
+
+
+def test_report_never_shows_a_best_beside_another_pairs_expected_accuracy(
+    tiny_run: tuple[Path, list[Path]], tmp_path: Path
+) -> None:
+    """While a slow update is under way its best step can move the manifest's best; the report
+    showed the new pair beside the previous epoch report's expected accuracy (review: v6/v4
+    with v4/v1's 0.4926)."""
+    _, snaps = tiny_run
+    snap = next(
+        s
+        for s in reversed(snaps)
+        if (d := json.loads((s / "state.json").read_text()))["history"] and d["final"] is None
+    )
+    ws = tmp_path / "ws"
+    shutil.copytree(snap, ws)
+    before = report_data(ws)["best"]
+    last = json.loads((ws / "state.json").read_text())["history"][-1]["best"]
+    assert (before["skills_version"], before["prompts_version"]) == (
+        last["skills_version"],
+        last["prompts_version"],
+    )
+    assert before["val_expected_accuracy"] == last["val_expected_accuracy"] is not None
+    manifest = json.loads((ws / "manifest.json").read_text())
+    # another pair than the last report's best and the seed's (v1): the slow update's new best
+    other = next(
+        v
+        for v in sorted(p.name for p in (ws / "store" / "skills").iterdir())
+        if v not in ("v1", last["skills_version"])
+    )
+    manifest["best"] = {"skills": other, "prompts": "v1", "val_accuracy": 0.9, "run_id": None}
+    (ws / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    moved = report_data(ws)["best"]
+    assert (moved["skills_version"], moved["prompts_version"], moved["val_accuracy"]) == (
+        other,
+        "v1",
+        0.9,
+    )
+    assert moved["val_expected_accuracy"] is None  # not known until the epoch's report
