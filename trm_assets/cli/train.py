@@ -206,6 +206,7 @@ def eval_cmd(
     from trm_assets.harness.loop.step import evaluate
     from trm_assets.harness.storage.lock import workspace_lock
     from trm_assets.harness.storage.runlog import RunLogReader, run_decoding
+    from trm_assets.harness.storage.workspace import eval_command_kind
     from trm_assets.llm.factory import build_providers
 
     cfg = _config(workspace, config_path, overrides)
@@ -232,7 +233,7 @@ def eval_cmd(
             click.echo(
                 f"evaluating skills {version} / prompts {pv} on {pool} ({len(qs)} questions)"
             )
-            res = asyncio.run(evaluate(ctx, run_id, version, pv, qs, f"eval_{pool}"))
+            res = asyncio.run(evaluate(ctx, run_id, version, pv, qs, eval_command_kind(pool)))
             acc = res.accuracy
         exp = ctx.expected_accuracy(version, pv, list(ctx.pools.pool(pool)))
     line = f"run {run_id}: accuracy {acc if acc is None else f'{acc:.3f}'}"

@@ -197,3 +197,29 @@ def test_a_config_drift_is_told_once_naming_the_key(
     told = [line for line in res.output.splitlines() if "settings changed" in line]
     assert len(told) == 1, res.output
     assert f"(gate_alpha: {json.dumps(cfg.gate_alpha)} → 0.2)" in told[0]
+
+
+def test_an_eval_between_units_stays_in_the_run_history(tmp_path: Path) -> None:
+    """`trm eval` between two units of work recorded its run in the manifest's history; the
+    next unit rolled the workspace back to its checkpoint's mark and dropped the record (it is
+    not the killed unit's): the lineage of that evaluation was gone (review)."""
+    cfg = tiny_config("epochs=1", "steps_per_epoch=1")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    config = tmp_path / "c.yaml"
+    config.write_text(config_to_yaml(cfg), encoding="utf-8")
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        train(ctx, max_units=1)  # init
+    args = ["eval", "--workspace", str(ws), "--version", "v1", "--pool", "validation"]
+    res = CliRunner().invoke(main, [*args, "--config", str(config)])
+    assert res.exit_code == 0, res.output
+
+    def history() -> list[tuple[str, str | None]]:
+        m = json.loads((ws / "manifest.json").read_text(encoding="utf-8"))
+        return [(h["run_id"], h["kind"]) for h in m["history"]]
+
+    before = history()
+    assert before[-1] == ("eval_v1_v1_validation", "eval_validation")
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        train(ctx, max_units=1)  # the step: opens by rolling back to init's mark
+    after = history()
+    assert after[: len(before)] == before and len(after) > len(before)

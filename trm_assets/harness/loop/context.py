@@ -53,6 +53,7 @@ from trm_assets.harness.storage.workspace import (
     RUN_BASE,
     ResolvedPaths,
     WorkspaceError,
+    is_eval_command_kind,
     open_run_log,
     read_manifest,
     resolve_paths,
@@ -321,7 +322,7 @@ class LoopContext:
         }
         reuse = (
             self.known_outcomes(run_id, specs, keys)
-            if kind in REUSE_KINDS or kind.startswith("eval_")
+            if kind in REUSE_KINDS or is_eval_command_kind(kind)
             else {}
         )
         result = await overlapped(
@@ -536,7 +537,7 @@ REUSE_KINDS: Final = frozenset({"seed_eval", "slow_R", "slow_R2", "holdout"})
 def _test_pool_kind(kind: str) -> bool:
     """Runs over the held-out test pool (``holdout``) or a ``trm eval`` (``eval_*``): their
     model-call counts must not order later barriers (:meth:`LoopContext._longest_first`)."""
-    return kind == "holdout" or kind.startswith("eval_")
+    return kind == "holdout" or is_eval_command_kind(kind)
 
 
 def _question(spec: RolloutSpec) -> Question:

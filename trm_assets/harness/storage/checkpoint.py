@@ -75,6 +75,7 @@ from trm_assets.harness.storage.workspace import (
     BestPointer,
     VersionPair,
     check_run_log,
+    is_eval_command_kind,
     read_manifest,
     store_roots,
     write_manifest,
@@ -668,7 +669,11 @@ def restore_workspace_to_mark(workspace: Path, mark: Mapping[str, Any]) -> list[
         update={
             "current": VersionPair(**mark["current"]),
             "best": best,
-            "history": m.history[: int(mark["history_len"])],
+            # a `trm eval` run between units is not the killed unit's: it stays
+            "history": [
+                *m.history[: int(mark["history_len"])],
+                *(h for h in m.history[int(mark["history_len"]) :] if is_eval_command_kind(h.kind)),
+            ],
         }
     )
     if restored != m:

@@ -347,6 +347,19 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
+#: The ``kind`` of the runs `trm eval` records (``eval_<pool>``): a command between units of
+#: work, not part of one, so rolling a killed unit back keeps them (``restore_workspace_to_mark``).
+EVAL_COMMAND_KIND = "eval_"
+
+
+def eval_command_kind(pool: str) -> str:
+    return f"{EVAL_COMMAND_KIND}{pool}"
+
+
+def is_eval_command_kind(kind: str | None) -> bool:
+    return (kind or "").startswith(EVAL_COMMAND_KIND)
+
+
 def record_run(
     workspace: str | Path,
     run_id: str,
