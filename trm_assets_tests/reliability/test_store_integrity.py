@@ -264,3 +264,18 @@ def test_a_run_recorded_after_the_checkpoint_is_a_note_one_before_it_a_problem(w
         f"problem: {ws / 'runs.duckdb'}: run {gone!r}, which manifest.json names (its history), "
         "is not in table runs"
     ]
+
+
+def test_a_killed_trm_eval_is_a_note_even_once_a_checkpoint_covers_it(ws: Path) -> None:
+    """Rollbacks keep a `trm eval` record (a command between units): one killed before its
+    row landed stays in the history, under the next checkpoint's mark too."""
+    from trm_assets.cli.check import check_cmd
+    from trm_assets.harness.storage.workspace import record_run
+
+    record_run(ws, "eval_v1_v1_test", skills_version="v1", prompts_version="v1", kind="eval_test")
+    state = json.loads((ws / "state.json").read_text(encoding="utf-8"))
+    state["workspace_mark"]["history_len"] += 1  # a later checkpoint covers it
+    (ws / "state.json").write_text(json.dumps(state), encoding="utf-8")
+    res = CliRunner().invoke(check_cmd, [str(ws)])
+    assert res.exit_code == 0, res.output
+    assert "note: " in res.output and "'eval_v1_v1_test', which manifest.json" in res.output

@@ -47,6 +47,7 @@ from trm_assets.harness.storage.versions import (
 from trm_assets.harness.storage.workspace import (
     RUN_DB_FILE,
     Manifest,
+    is_eval_command_kind,
     lost_state_message,
     read_manifest,
     runs_past_init,
@@ -283,8 +284,14 @@ def _check_runs_agree(
                 f"predictions holds {r['n_pred']} (rows deleted or added after it finished)"
             )
     covered = int(mark.get("history_len", 0))
-    named = [
-        (h.run_id, h.skills_version, h.prompts_version, "its history", i < covered)
+    named = [  # a `trm eval` killed before its row landed is kept by rollbacks: never covered
+        (
+            h.run_id,
+            h.skills_version,
+            h.prompts_version,
+            "its history",
+            i < covered and not is_eval_command_kind(h.kind),
+        )
         for i, h in enumerate(manifest.history)
     ]
     best = manifest.best
