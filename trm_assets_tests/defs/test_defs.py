@@ -256,3 +256,37 @@ def test_a_registration_that_changes_nothing_takes_no_lock_and_a_held_lock_is_na
     assert sorted(load_registry(tmp_path)) == ["ws"]
     register(tmp_path, Experiment(workspace=str(tmp_path / "other")))  # released: it goes in
     assert sorted(load_registry(tmp_path)) == ["other", "ws"]
+
+
+def test_a_backfill_of_epochs_is_accepted(tmp_path: Path) -> None:
+    """Any backfill of the epoch asset (two epochs picked in the UI) was refused: "depends on
+    non-existent partitions" of skill_versions, because @graph_multi_asset dropped the
+    AllPartitionMapping and Dagster mapped epoch e0 onto a task-type partition named e0
+    (review). The backfill's plan is built here with the code path the UI's launch uses."""
+    from dagster._core.execution.asset_backfill import AssetBackfillData
+
+    exp = Experiment(
+        name="j",
+        workspace=str(tmp_path / "ws"),
+        config_path=str(ROOT / "data" / "configs" / "smoke.yaml"),
+    )
+    graph = build_experiment(exp).bound().resolve_asset_graph()
+    outs = [dg.AssetKey(["j", "epoch_eval"]), dg.AssetKey(["j", "holdout_report"])]
+    for out in outs:
+        for up in ("skill_versions", "prompt_versions"):
+            mapping = graph.get_partition_mapping(out, dg.AssetKey(["j", up]))
+            assert isinstance(mapping, dg.AllPartitionMapping), (out, up, mapping)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("j__epochs", ["e0", "e1"])
+    plan = AssetBackfillData.from_asset_partitions(
+        asset_graph=graph,
+        partition_names=["e0", "e1"],
+        asset_selection=outs,
+        dynamic_partitions_store=instance,
+        backfill_start_timestamp=time.time(),
+        all_partitions=False,
+    )
+    assert {
+        k: set(s.get_partition_keys())
+        for k, s in plan.target_subset.partitions_subsets_by_asset_key.items()
+    } == {out: {"e0", "e1"} for out in outs}

@@ -101,50 +101,44 @@ def epoch_asset(scope: Scope, slow: list[dg.OpDefinition]) -> dg.AssetsDefinitio
     begin = begin_epoch_op(scope)
     publish = publish_epoch_outputs_op(scope)
 
-    @dg.graph_multi_asset(
+    @dg.graph(
         name=f"{scope.name}__epoch_results",
-        outs={
-            "epoch_eval": dg.AssetOut(
-                key=keys.epoch_eval,
-                dagster_type=dg.Nothing,
-                is_required=False,
-                code_version=CODE_VERSION,
-                description=(
-                    "Validation accuracy of an epoch, every gate of the epoch, and the exact "
-                    "skill/prompt versions evaluated (their skill_versions events)."
-                ),
-            ),
-            "holdout_report": dg.AssetOut(
-                key=keys.holdout_report,
-                dagster_type=dg.Nothing,
-                is_required=False,
-                code_version=CODE_VERSION,
-                description="Four-way held-out report on the test pool (seed, start, current, "
-                "best) and the versions each evaluated.",
-            ),
-        },
-        ins={
-            "skill_versions": dg.AssetIn(
-                keys.skill_versions,
-                partition_mapping=dg.AllPartitionMapping(),
-                dagster_type=dg.Nothing,
-            ),
-            "prompt_versions": dg.AssetIn(keys.prompt_versions, dagster_type=dg.Nothing),
-        },
-        partitions_def=parts.epochs,
-        group_name=scope.name,
-        can_subset=False,
+        ins={"skill_versions": dg.GraphIn(), "prompt_versions": dg.GraphIn()},
+        out={"epoch_eval": dg.GraphOut(), "holdout_report": dg.GraphOut()},
     )
-    def epoch_results(skill_versions: None, prompt_versions: None) -> tuple[None, None]:
+    def epoch_results(skill_versions: None, prompt_versions: None) -> dict[str, Any]:
         """Materializing an epoch partition runs what is left of that epoch — its steps, then
         the ten slow-update functions, one op each — and publishes the results."""
         unit = begin(skill_versions=skill_versions, prompt_versions=prompt_versions)
         for op_def in [*steps, *slow]:
             unit = op_def(unit)
         epoch_eval, holdout_report = publish(unit)
-        return epoch_eval, holdout_report
+        return {"epoch_eval": epoch_eval, "holdout_report": holdout_report}
 
-    return epoch_results
+    # AssetsDefinition.from_graph, not @graph_multi_asset: dagster 1.13's graph_multi_asset
+    # drops an AssetIn's partition_mapping, so every epoch mapped onto the skill_versions
+    # partition of the same key (a task type) and any backfill of epochs was refused
+    return dg.AssetsDefinition.from_graph(
+        epoch_results,
+        keys_by_input_name={
+            "skill_versions": keys.skill_versions,
+            "prompt_versions": keys.prompt_versions,
+        },
+        keys_by_output_name={"epoch_eval": keys.epoch_eval, "holdout_report": keys.holdout_report},
+        partitions_def=parts.epochs,
+        partition_mappings={"skill_versions": dg.AllPartitionMapping()},
+        group_name=scope.name,
+        can_subset=False,
+        code_versions_by_output_name={"epoch_eval": CODE_VERSION, "holdout_report": CODE_VERSION},
+        descriptions_by_output_name={
+            "epoch_eval": (
+                "Validation accuracy of an epoch, every gate of the epoch, and the exact "
+                "skill/prompt versions evaluated (their skill_versions events)."
+            ),
+            "holdout_report": "Four-way held-out report on the test pool (seed, start, current, "
+            "best) and the versions each evaluated.",
+        },
+    )
 
 
 def publish_epoch_outputs_op(scope: Scope) -> dg.OpDefinition:
