@@ -171,6 +171,16 @@ def sweep_members(
 
     from trm_assets.defs.experiments import check_experiment_name
 
+    stems: dict[str, Path] = {}
+    for cfg in configs:  # the stem names the experiment and its workspace: one per config
+        stem = re.sub(r"[^A-Za-z0-9_]", "_", cfg.stem)
+        if stem in stems:
+            raise LaunchError(
+                f"--config {stems[stem]} and --config {cfg} would both be experiment "
+                f"{name}_{stem}_s<seed> in {root / name}/{stem}_s<seed> (one workspace, trained "
+                "with one of them); give each config once, under a file name of its own"
+            )
+        stems[stem] = cfg
     out = []
     for cfg in configs:
         stem = re.sub(r"[^A-Za-z0-9_]", "_", cfg.stem)

@@ -63,3 +63,22 @@ def test_a_config_the_data_cannot_satisfy_creates_nothing(
     )
     assert expected in res.output
     assert not (tmp_path / "ws").exists() and not (tmp_path / "dh" / "experiments.yaml").exists()
+
+
+def test_two_configs_with_one_file_name_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two configs named smoke.yaml in different directories became one experiment and one
+    workspace, trained with one of them, while config.yaml recorded the other (review)."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dh"))
+    smoke = REPO / "data/configs/smoke.yaml"
+    other = tmp_path / "alt" / "smoke.yaml"
+    other.parent.mkdir()
+    other.write_text(smoke.read_text().replace("gate_alpha: 0.10", "gate_alpha: 0.20"))
+    args = ["--name", "i", "--config", str(smoke), "--config", str(other), "--seeds", "2"]
+    res = CliRunner().invoke(sweep_cmd, [*args, "--root", str(tmp_path / "ws"), "--no-launch"])
+    assert res.exit_code == 1, res.output
+    assert f"--config {smoke} and --config {other} would both be experiment i_smoke_s<seed>" in (
+        res.output.replace("\n", " ")
+    )
+    assert not (tmp_path / "ws").exists() and not (tmp_path / "dh" / "experiments.yaml").exists()
