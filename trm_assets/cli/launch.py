@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,6 +20,7 @@ from trm_assets.defs.launch import (
     sweep_members,
 )
 from trm_assets.domain.errors import TrmError
+from trm_assets.harness.loop.plan import Action
 
 
 def human_errors(fn: Callable[..., None]) -> Callable[..., None]:
@@ -77,6 +79,8 @@ def launch_cmd(experiment: str, epoch: int | None, job: str, finalize: bool, url
     launcher = Launcher(url)
     launcher.ping()
     if finalize:
+        _refuse_out_of_order(exp, Action("finalize"))
+        launcher.reload()  # an experiment registered since the webserver loaded
         launched = launcher.submit(exp.name, Submission("finalize"))
     else:
         assert epoch is not None
@@ -84,6 +88,13 @@ def launch_cmd(experiment: str, epoch: int | None, job: str, finalize: bool, url
         bounds = epoch_bounds(scope, epoch)
         if bounds is not None:
             raise LaunchError(bounds[1])
+        first = (
+            Action("step", epoch=epoch, step=0)
+            if job == "epoch"
+            else Action("slow_update", epoch=epoch, slow_step=1)
+        )
+        _refuse_out_of_order(exp, first)
+        launcher.reload()
         with dg.DagsterInstance.get() as instance:
             ensure_partitions(instance, scope.partitions.epochs_name, [epoch_key(epoch)])
         launched = launcher.submit(exp.name, Submission(job, epoch_key(epoch)))
@@ -92,6 +103,22 @@ def launch_cmd(experiment: str, epoch: int | None, job: str, finalize: bool, url
         + (f" [{launched.partition}])" if launched.partition else ")")
     )
     click.echo(f"UI: {launched.url}")
+
+
+def _refuse_out_of_order(exp: Any, first: Action) -> None:
+    """Refuse a launch whose first unit the workspace cannot run yet (the run would fail in
+    the daemon after its partition was added, out of order); a unit done already is a no-op."""
+    from trm_assets.defs.ops import planned_action
+    from trm_assets.defs.sensors import dagster_unit
+    from trm_assets.harness.loop.units import status_against
+
+    nxt = planned_action(exp)
+    if status_against(first, dagster_unit(nxt), exp.run_config()) == "later":
+        raise LaunchError(
+            f"experiment {exp.name}: {first.describe()} cannot run yet; the next unit is "
+            f"{nxt.describe()}: launch the earlier epochs first (`trm launch --experiment "
+            f"{exp.name} --epoch E`), or let the epoch sensor run them"
+        )
 
 
 @click.command("sweep")

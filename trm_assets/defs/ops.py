@@ -111,12 +111,25 @@ def epoch_bounds(scope: Scope, epoch: int) -> tuple[str, str] | None:
     if any(e == epoch for e in trained):
         return None
     config = exp.resolved_config_path()
+    # where `epochs` comes from: the experiment's own override (experiments.yaml) beats the file
+    overridden = any(o.split("=", 1)[0].strip() == "epochs" for o in exp.overrides)
+    source = (
+        f"the experiment's override `epochs={cfg.epochs}` in experiments.yaml"
+        if overridden
+        else f"`epochs: {cfg.epochs}` in {config}"
+    )
+    change = (
+        f"register it again with a larger `epochs` (`trm train --workspace "
+        f"{exp.workspace} --epochs {epoch + 1}` or `trm sweep ... --set epochs={epoch + 1}`)"
+        if overridden
+        else f"raise `epochs` to at least {epoch + 1} in that config"
+    )
     if epoch >= cfg.epochs:
         if state.get("finalized"):
             return (
                 "past",
                 f"experiment {exp.name}: training finished after {cfg.epochs} epoch(s) "
-                f"(`epochs: {cfg.epochs}` in {config}) and was finalized (best delivered); "
+                f"({source}) and was finalized (best delivered); "
                 f"e{epoch} is past the last epoch e{cfg.epochs - 1}. A finalized workspace does "
                 "not train further: start a new experiment with a larger `epochs` (e.g. "
                 f"`trm sweep --config {config} --set epochs={epoch + 1} ...`).",
@@ -124,8 +137,7 @@ def epoch_bounds(scope: Scope, epoch: int) -> tuple[str, str] | None:
         return (
             "past",
             f"experiment {exp.name}: e{epoch} is past the last epoch e{cfg.epochs - 1} "
-            f"(`epochs: {cfg.epochs}` in {config}); raise `epochs` to at least {epoch + 1} in "
-            "that config to continue (before the finalize run delivers best).",
+            f"({source}); {change} to continue (before the finalize run delivers best).",
         )
     if state.get("early_stopped") and trained and epoch > max(trained):
         return (
@@ -340,8 +352,13 @@ def deliver_best_op(scope: Scope) -> dg.OpDefinition:
     )
     def deliver_best(context: dg.OpExecutionContext) -> Iterator[Event]:
         action = planned_action(scope.experiment)
-        if action.kind != "finalize":
-            context.log.info(f"nothing to finalize: the next unit is {action.describe()}")
+        if action.kind == "done":  # finalized already: a re-run is a no-op
+            context.log.info("nothing to finalize: training was finalized already")
+        elif action.kind != "finalize":  # a green run that delivered nothing misled the chain
+            raise dg.Failure(
+                description=f"cannot finalize yet: the next unit is {action.describe()}",
+                allow_retries=False,
+            )
         else:
             run_unit_here(context, scope, action)
         yield from scope.recorder(context.instance).new_events()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -800,3 +801,50 @@ def test_drive_shows_a_units_lines_while_it_runs_and_once(trained: Trained, tmp_
     lines = [m for m, _ in said if not m.startswith("  [")]
     assert sorted(lines) == sorted(logged)  # every logged line said exactly once
     assert ops_mod.LIVE_ECHO is None  # not left behind for the next caller
+
+
+def test_launches_the_workspace_cannot_run_yet_are_refused(
+    trained: Trained, tmp_path: Path
+) -> None:
+    """`trm launch --epoch 1` before e0, a slow update before its steps, and `--finalize` before
+    training were queued (a partition added out of order), then failed in the daemon, and the
+    finalize run was even green while it delivered nothing (hostile review)."""
+    from trm_assets.cli.launch import _refuse_out_of_order
+    from trm_assets.defs.launch import LaunchError
+    from trm_assets.harness.loop.plan import Action
+
+    exp = _fresh(trained, tmp_path)  # nothing trained: the next unit is init
+    _refuse_out_of_order(exp, Action("step", epoch=0, step=0))  # e0 runs init first: fine
+    for first in (
+        Action("step", epoch=1, step=0),
+        Action("slow_update", epoch=0, slow_step=1),
+        Action("finalize"),
+    ):
+        with pytest.raises(
+            LaunchError,
+            match=re.escape(f"{first.describe()} cannot run yet; the next unit is init"),
+        ):
+            _refuse_out_of_order(exp, first)
+    with dg.instance_for_test() as instance:
+        ex = Executor(register_in(instance, exp), instance, llm_resources())
+        job = ex.defs.resolve_job_def(f"{exp.name}__finalize")
+        result = job.execute_in_process(instance=instance, raise_on_error=False)
+        assert not result.success
+        (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+        assert "cannot finalize yet: the next unit is init" in str(failure.step_failure_data)
+
+
+def test_an_epoch_past_an_overridden_epochs_names_the_override(
+    trained: Trained, tmp_path: Path
+) -> None:
+    """The refusal said "`epochs: 1` in smoke.yaml; raise it in that config" while the file
+    said 2 and the 1 was the experiment's own override, which beats any edit (review)."""
+    from trm_assets.defs.ops import epoch_bounds
+
+    exp = _fresh(trained, tmp_path).model_copy(update={"overrides": ("epochs=1",)})
+    bounds = epoch_bounds(build_experiment(exp).scope, 1)
+    assert bounds is not None and bounds[0] == "past"
+    assert "(the experiment's override `epochs=1` in experiments.yaml)" in bounds[1]
+    assert "--epochs 2" in bounds[1] and "in that config" not in bounds[1]
+    plain = epoch_bounds(build_experiment(_fresh(trained, tmp_path, "plain")).scope, 9)
+    assert plain is not None and f"in {trained.small_config}" in plain[1]
