@@ -478,7 +478,9 @@ def format_sweep(sweep: dict[str, Any]) -> str:
     "--aa",
     is_flag=True,
     help="Run the A/A audit (no-op proposals; policies from --aa-policies) instead of the "
-    "comparison (with --sweep: both the audit and the sweep).",
+    "comparison (with --sweep: both the audit and the sweep). It sets "
+    + ", ".join(AA_OVERRIDES)
+    + " itself.",
 )
 @click.option(
     "--sweep",
@@ -618,9 +620,18 @@ def cli(
             runs,
             b,
             plot_path,
-            f"SIMULATED default sample, {seeds} seeds, budget {b} rollouts; mean over seeds",
+            f"SIMULATED world ({Path(config_path).name}, profile {base_cfg.sim.profile}), "
+            f"{seeds} seeds, budget {b} rollouts; mean over seeds",
         )
     if aa:
+        # the audit sets these: a --set of one of them was silently replaced, then blamed
+        fixed = {o.split("=", 1)[0].strip(): o for o in AA_OVERRIDES}
+        clash = [o for o in overrides if o.split("=", 1)[0].strip() in fixed]
+        if clash:
+            raise click.UsageError(
+                f"--aa sets {', '.join(fixed[o.split('=', 1)[0].strip()] for o in clash)} "
+                f"itself (no-op proposals, more gates per run); drop --set {', '.join(clash)}"
+            )
         audited = tuple(p.strip() for p in aa_policies.split(",") if p.strip())
         unknown = sorted(set(audited) - set(POLICIES))
         if unknown or not audited:

@@ -405,3 +405,12 @@ def test_a_cue_the_type_already_reads_elsewhere_is_not_a_cue_edit() -> None:
         "neutral",
     )
     assert kind_and_truth("You answer questions about videos.\n") == ("cue", "helpful")
+
+
+def test_an_aa_key_in_set_is_refused_before_any_run() -> None:
+    """`--aa --set test_size=12` replaced the user's 12 with the audit's 60 and then failed on
+    "test_size + val_size: 132 leaves no diagnosis question", blaming the user (review)."""
+    res = CliRunner().invoke(cli, ["--aa", "--quick", "--seeds", "1", "--set", "test_size=12"])
+    assert res.exit_code == 2, res.output
+    assert "--aa sets test_size=60 itself" in res.output and "drop --set test_size=12" in res.output
+    assert "diagnosis question" not in res.output
