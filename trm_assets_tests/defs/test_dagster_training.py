@@ -848,3 +848,30 @@ def test_an_epoch_past_an_overridden_epochs_names_the_override(
     assert "--epochs 2" in bounds[1] and "in that config" not in bounds[1]
     plain = epoch_bounds(build_experiment(_fresh(trained, tmp_path, "plain")).scope, 9)
     assert plain is not None and f"in {trained.small_config}" in plain[1]
+
+
+def test_a_step_partition_past_steps_per_epoch_says_so(trained: Trained, tmp_path: Path) -> None:
+    """`gate_step e0|s7` with two steps per epoch said "never ran: training stopped before it
+    (early stop)" (false), `e1|s7` "cannot run yet" (it never can), and a malformed key failed
+    with a Python stack trace (hostile review)."""
+    exp = _fresh(trained, tmp_path)
+    steps = build_experiment(exp).scope.experiment.run_config().steps_per_epoch
+    with dg.instance_for_test() as instance:
+        ex = Executor(register_in(instance, exp), instance, llm_resources())
+        instance.add_dynamic_partitions(f"{exp.name}__epochs", ["e0"])
+        instance.add_dynamic_partitions(f"{exp.name}__steps", ["s7", "x9"])
+        job = ex.defs.resolve_job_def(f"{exp.name}__gate_step")
+        said = {}
+        for key in ("e0|s7", "e0|x9"):
+            result = job.execute_in_process(
+                instance=instance, partition_key=key, raise_on_error=False
+            )
+            assert not result.success
+            (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+            data = failure.step_failure_data
+            said[key] = data.user_failure_data.description if data.user_failure_data else None
+    assert said == {
+        "e0|s7": f"s7 is not a step of experiment {exp.name} (`steps_per_epoch: {steps}`: s0 … "
+        f"s{steps - 1}); nothing to materialize",
+        "e0|x9": "partition key 'x9': expected s<number>, e.g. s0",
+    }

@@ -80,7 +80,17 @@ def step_results_asset(scope: Scope) -> dg.AssetsDefinition:
     ) -> Iterator[Event | dg.MaterializeResult[None]]:
         """One step of one epoch: roll out the batch, diagnose, gate each skill edit (SPEC 5.3);
         its metadata lists every gate (verdict, W/L, blocks, rollouts)."""
-        epoch, step = epoch_step_of(context.partition_key)
+        try:
+            epoch, step = epoch_step_of(context.partition_key)
+        except ValueError as e:  # a hand-added partition key: a message, not a stack trace
+            raise dg.Failure(description=str(e), allow_retries=False) from None
+        steps = scope.experiment.run_config().steps_per_epoch
+        if step >= steps:  # never runs: not "early stop", not "not yet"
+            raise dg.Failure(
+                description=f"s{step} is not a step of experiment {scope.name} "
+                f"(`steps_per_epoch: {steps}`: s0 … s{steps - 1}); nothing to materialize",
+                allow_retries=False,
+            )
         action = Action("step", epoch, step)
         ran = run_unit_here(context.op_execution_context, scope, action)
         why = None if ran else never_ran(scope, action)
