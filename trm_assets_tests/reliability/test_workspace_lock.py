@@ -123,22 +123,26 @@ def test_a_killed_holder_leaves_the_workspace_lockable(ws: Path) -> None:
         assert (ws / LOCK_FILE).read_text(encoding="utf-8") == ""  # cleared on release
 
 
+def _beside_a_trainer(
+    ws: Path, tmp_path: Path, command: str, *args: str
+) -> tuple[subprocess.CompletedProcess[str], int]:
+    """`trm COMMAND --workspace ws --config ws/config.yaml ARGS` while another process holds
+    the workspace's lock (as `trm train` does); its result and the holder's pid."""
+    with holder_process(ws) as proc:
+        argv = [command, "--workspace", str(ws), "--config", str(ws / "config.yaml"), *args]
+        return run_cli(argv, child_env(), 120, tmp_path / f"{command}.log"), proc.pid
+
+
 def test_trm_init_refuses_a_workspace_being_trained(ws: Path, tmp_path: Path) -> None:
     before = snapshot(ws)
-    with holder_process(ws) as proc:
-        res = run_cli(
-            ["init", "--workspace", str(ws), "--config", str(ws / "config.yaml")],
-            child_env(),
-            120,
-            tmp_path / "init.log",
-        )
-        assert res.returncode == 2, res.stdout + res.stderr
-        assert "Traceback" not in res.stderr
-        err = res.stderr.strip()
-        assert err.startswith("error: ") and f"pid {proc.pid}" in err and "trm train" in err
-        after = {k: v for k, v in snapshot(ws).items() if k != LOCK_FILE}
-        assert after == {k: v for k, v in before.items() if k != LOCK_FILE}
-        assert not list(tmp_path.glob("ws.archive-*"))  # nothing moved aside
+    res, holder = _beside_a_trainer(ws, tmp_path, "init")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    err = res.stderr.strip()
+    assert err.startswith("error: ") and f"pid {holder}" in err and "trm train" in err
+    after = {k: v for k, v in snapshot(ws).items() if k != LOCK_FILE}
+    assert after == {k: v for k, v in before.items() if k != LOCK_FILE}
+    assert not list(tmp_path.glob("ws.archive-*"))  # nothing moved aside
     # once the trainer is gone, init archives and re-creates as before
     res = run_cli(
         ["init", "--workspace", str(ws), "--config", str(ws / "config.yaml")],
@@ -190,31 +194,19 @@ def test_lock_refuses_a_missing_workspace_or_a_file(tmp_path: Path) -> None:
 
 
 def test_trm_train_refuses_a_workspace_being_trained(ws: Path, tmp_path: Path) -> None:
-    with holder_process(ws) as proc:
-        res = run_cli(
-            ["train", "--workspace", str(ws), "--config", str(ws / "config.yaml"), "--no-dagster"],
-            child_env(),
-            120,
-            tmp_path / "train.log",
-        )
-        assert res.returncode != 0 and f"pid {proc.pid}" in res.stderr, res.stderr
-        assert not (ws / "state.json").exists()
+    res, holder = _beside_a_trainer(ws, tmp_path, "train", "--no-dagster")
+    assert res.returncode != 0 and f"pid {holder}" in res.stderr, res.stderr
+    assert not (ws / "state.json").exists()
 
 
 def test_trm_run_refuses_a_workspace_being_trained(ws: Path, tmp_path: Path) -> None:
     """`trm run` froze the pools (wrote pools.json) before `trm train` took the lock: beside a
     process training the workspace it wrote, then failed (review)."""
     assert not (ws / "pools.json").exists()
-    with holder_process(ws) as proc:
-        res = run_cli(
-            ["run", "--workspace", str(ws), "--config", str(ws / "config.yaml")],
-            child_env(),
-            120,
-            tmp_path / "run.log",
-        )
-        assert res.returncode == 2 and f"pid {proc.pid}" in res.stderr, res.stderr
-        assert "refusing to run trm run" in res.stderr
-        assert not (ws / "pools.json").exists()
+    res, holder = _beside_a_trainer(ws, tmp_path, "run")
+    assert res.returncode == 2 and f"pid {holder}" in res.stderr, res.stderr
+    assert "refusing to run trm run" in res.stderr
+    assert not (ws / "pools.json").exists()
 
 
 def test_a_training_process_holds_the_lock_for_its_whole_run(ws: Path, tmp_path: Path) -> None:
