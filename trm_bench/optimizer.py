@@ -43,6 +43,7 @@ from typing import Any, Final
 import click
 
 from trm_assets.domain.errors import TrmError
+from trm_assets.harness.data.config import override_key
 from trm_assets.harness.loop.gate import GATE_POLICIES
 from trm_assets.llm.sim_config import ProposalMix
 from trm_bench.optimizer_criteria import criteria, format_criteria
@@ -625,11 +626,11 @@ def cli(
         )
     if aa:
         # the audit sets these: a --set of one of them was silently replaced, then blamed
-        fixed = {o.split("=", 1)[0].strip(): o for o in AA_OVERRIDES}
-        clash = [o for o in overrides if o.split("=", 1)[0].strip() in fixed]
+        fixed = {override_key(o): o for o in AA_OVERRIDES}
+        clash = [o for o in overrides if override_key(o) in fixed]
         if clash:
             raise click.UsageError(
-                f"--aa sets {', '.join(fixed[o.split('=', 1)[0].strip()] for o in clash)} "
+                f"--aa sets {', '.join(fixed[override_key(o)] for o in clash)} "
                 f"itself (no-op proposals, more gates per run); drop --set {', '.join(clash)}"
             )
         audited = tuple(p.strip() for p in aa_policies.split(",") if p.strip())

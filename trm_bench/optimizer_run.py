@@ -33,7 +33,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from trm_assets.domain.errors import TrmError
-from trm_assets.harness.data.config import RunConfig, load_config, read_yaml_config
+from trm_assets.harness.data.config import (
+    RunConfig,
+    load_config,
+    override_key,
+    read_yaml_config,
+)
 from trm_assets.harness.loop.context import LoopContext, loop_context
 from trm_assets.harness.loop.gate import NO_LADDER, GateRequest, ValidationOutcome
 from trm_assets.harness.loop.observer import LoopObserver
@@ -195,7 +200,7 @@ RUN_KEYS: Final[Mapping[str, str]] = {
 
 def refuse_run_keys(overrides: Sequence[str]) -> None:
     for item in overrides:
-        key = item.split("=", 1)[0].strip()
+        key = override_key(item)
         if key in RUN_KEYS:
             raise TrmError(f"--set {key}: the benchmark sets it for every run; use {RUN_KEYS[key]}")
 

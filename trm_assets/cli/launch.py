@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,6 +21,9 @@ from trm_assets.defs.launch import (
 )
 from trm_assets.domain.errors import TrmError
 from trm_assets.harness.loop.plan import Action
+
+if TYPE_CHECKING:
+    from trm_assets.defs.experiments import Experiment
 
 
 def human_errors(fn: Callable[..., None]) -> Callable[..., None]:
@@ -105,7 +108,7 @@ def launch_cmd(experiment: str, epoch: int | None, job: str, finalize: bool, url
     click.echo(f"UI: {launched.url}")
 
 
-def _refuse_out_of_order(exp: Any, first: Action) -> None:
+def _refuse_out_of_order(exp: Experiment, first: Action) -> None:
     """Refuse a launch whose first unit the workspace cannot run yet (the run would fail in
     the daemon after its partition was added, out of order); a unit done already is a no-op."""
     from trm_assets.defs.ops import planned_action

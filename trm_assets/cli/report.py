@@ -55,8 +55,8 @@ def report_data(workspace: Path) -> dict[str, Any]:
     final = state.final
     seed = state.seed_eval
     best_expected: float | None = None
-    if state.final is not None:
-        best_expected = state.final.val_expected_accuracy
+    if final is not None:
+        best_expected = final.val_expected_accuracy
     elif state.history and m.best is not None and _same_pair(state.history[-1].best, m.best):
         # the last epoch report's best, while the manifest's best is still that pair (a slow
         # update under way can have moved it: its expected accuracy is not known yet)

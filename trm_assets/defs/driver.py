@@ -25,7 +25,7 @@ from trm_assets.defs.experiments import Experiment, register
 from trm_assets.defs.ops import planned_action
 from trm_assets.defs.partitions import ensure_partitions, epoch_key, epoch_step_key, step_key
 from trm_assets.defs.resources import LLMResource, llm_resources
-from trm_assets.defs.sensors import HOST_TAG, PID_TAG, UNIT_TAG, dagster_unit, fail_lost_runs_of
+from trm_assets.defs.sensors import HOST_TAG, PID_TAG, UNIT_TAG, dagster_unit, fail_lost_runs
 from trm_assets.domain.errors import TrmError
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.units import unit_key
@@ -209,7 +209,8 @@ def drive(
     """Execute units until the planner says ``done`` (or ``max_runs``)."""
     say = echo or (lambda _m: None)
     exp = register_in(instance, trm)
-    for run in fail_lost_runs_of(instance, exp.name):  # a killed `trm train` left them STARTED
+    _, lost = fail_lost_runs(instance, exp.name)
+    for run in lost:  # a killed `trm train` left them STARTED
         say(
             f"run {run.run_id[:8]} ({run.job_name}) was left in progress by a process that is "
             "gone: marked failed"

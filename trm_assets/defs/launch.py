@@ -172,18 +172,16 @@ def sweep_members(
     from trm_assets.defs.experiments import check_experiment_name
 
     stems: dict[str, Path] = {}
-    for cfg in configs:  # the stem names the experiment and its workspace: one per config
+    out = []
+    for cfg in configs:
         stem = re.sub(r"[^A-Za-z0-9_]", "_", cfg.stem)
-        if stem in stems:
+        if stem in stems:  # the stem names the experiment and its workspace: one per config
             raise LaunchError(
                 f"--config {stems[stem]} and --config {cfg} would both be experiment "
                 f"{name}_{stem}_s<seed> in {root / name}/{stem}_s<seed> (one workspace, trained "
                 "with one of them); give each config once, under a file name of its own"
             )
         stems[stem] = cfg
-    out = []
-    for cfg in configs:
-        stem = re.sub(r"[^A-Za-z0-9_]", "_", cfg.stem)
         for seed in seeds:
             exp_name = check_experiment_name(f"{name}_{stem}_s{seed}")
             out.append(SweepMember(exp_name, cfg, seed, root / name / f"{stem}_s{seed}"))
@@ -202,7 +200,8 @@ def create_sweep(
     from trm_assets.harness.data.dataset import Dataset, load_dataset
     from trm_assets.harness.storage.workspace import init_workspace
 
-    configs = [load_config(m.config, (*overrides, f"seed={m.seed}")) for m in members]
+    extras = [(*overrides, f"seed={m.seed}") for m in members]
+    configs = [load_config(m.config, extra) for m, extra in zip(members, extras, strict=True)]
     data: dict[tuple[str, str], Dataset] = {}
     for cfg in configs:
         ds = data.get((cfg.questions, cfg.trees))
@@ -210,8 +209,7 @@ def create_sweep(
             ds = data[cfg.questions, cfg.trees] = load_dataset(cfg)
         check_against_data(cfg, ds.task_types, len(ds.questions))
     out: list[object] = []
-    for m, cfg in zip(members, configs, strict=True):
-        extra = (*overrides, f"seed={m.seed}")
+    for m, extra, cfg in zip(members, extras, configs, strict=True):
         if not (m.workspace / "manifest.json").exists():
             init_workspace(
                 m.workspace,

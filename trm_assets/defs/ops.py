@@ -28,6 +28,7 @@ from trm_assets.defs.partitions import (
 from trm_assets.defs.recording import Event, Recorder, Scope
 from trm_assets.defs.resources import LLMResource
 from trm_assets.domain.errors import TrmError
+from trm_assets.harness.data.config import override_key
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.progress import ProgressReporter, progress_every_s
 from trm_assets.harness.loop.runner import SLOW_UNITS, UnitDef, planned
@@ -112,7 +113,7 @@ def epoch_bounds(scope: Scope, epoch: int) -> tuple[str, str] | None:
         return None
     config = exp.resolved_config_path()
     # where `epochs` comes from: the experiment's own override (experiments.yaml) beats the file
-    overridden = any(o.split("=", 1)[0].strip() == "epochs" for o in exp.overrides)
+    overridden = any(override_key(o) == "epochs" for o in exp.overrides)
     source = (
         f"the experiment's override `epochs={cfg.epochs}` in experiments.yaml"
         if overridden

@@ -334,11 +334,8 @@ class Recorder:
         # the epoch's batches event (recorded before this one, by the epoch's first step); its
         # data version and pointer as Dagster would write them for that one partition
         rec = _latest(self.instance, self.keys.batches, epoch_key(epoch))
-        batches_dv = (
-            (rec.asset_materialization.tags or {}).get(DATA_VERSION_TAG, "")
-            if (rec is not None and rec.asset_materialization is not None)
-            else ""
-        )
+        mat = rec.asset_materialization if rec is not None else None
+        batches_dv = (mat.tags or {}).get(DATA_VERSION_TAG, "") if mat is not None else ""
         batches = provenance_tags(
             self.keys.batches,
             partitions_data_version({epoch_key(epoch): batches_dv}),

@@ -51,11 +51,16 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def fail_lost_runs(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> list[dg.DagsterRun]:
-    """Mark in-progress runs whose in-process worker died (e.g. a killed `trm train`) as failed,
-    tagged ``trm/worker_lost``; returns the runs that are really still in progress."""
-    alive = []
-    for run in runs:
+def fail_lost_runs(
+    instance: dg.DagsterInstance, experiment: str
+) -> tuple[list[dg.DagsterRun], list[dg.DagsterRun]]:
+    """Mark the experiment's in-progress runs whose in-process worker died (e.g. a killed `trm
+    train`) as failed, tagged ``trm/worker_lost``; returns (the runs really still in progress,
+    the runs marked failed). The sensor calls it on every tick, the driver before a unit."""
+    mine = dg.RunsFilter(statuses=IN_PROGRESS, tags={EXPERIMENT_TAG: experiment})
+    alive: list[dg.DagsterRun] = []
+    lost: list[dg.DagsterRun] = []
+    for run in instance.get_runs(filters=mine):
         pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
         # only a run the driver executed in process (created NOT_STARTED, then STARTED; never
         # queued) and not a re-execution: one from the UI inherits the parent's tags, pid
@@ -70,18 +75,10 @@ def fail_lost_runs(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> l
         ):
             instance.add_run_tags(run.run_id, {LOST_TAG: "true"})
             instance.report_run_failed(run, f"its process (pid {pid}) is gone: worker lost")
-            continue
-        alive.append(run)
-    return alive
-
-
-def fail_lost_runs_of(instance: dg.DagsterInstance, experiment: str) -> list[dg.DagsterRun]:
-    """:func:`fail_lost_runs` over the experiment's in-progress runs; returns the runs it marked
-    failed (the driver calls it before it runs a unit, the sensor on every tick)."""
-    mine = dg.RunsFilter(statuses=IN_PROGRESS, tags={EXPERIMENT_TAG: experiment})
-    runs = list(instance.get_runs(filters=mine))
-    alive = {r.run_id for r in fail_lost_runs(instance, runs)}
-    return [r for r in runs if r.run_id not in alive]
+            lost.append(run)
+        else:
+            alive.append(run)
+    return alive, lost
 
 
 def dagster_unit(action: Action) -> Action:
@@ -128,8 +125,7 @@ def evaluate_epoch_sensor(
     context: dg.SensorEvaluationContext, scope: Scope, jobs: ExperimentJobs
 ) -> dg.SkipReason | dg.SensorResult:
     """One tick of the experiment's sensor (the decorated sensor is a thin wrapper)."""
-    mine = dg.RunsFilter(statuses=IN_PROGRESS, tags={EXPERIMENT_TAG: scope.name})
-    active = fail_lost_runs(context.instance, list(context.instance.get_runs(filters=mine)))
+    active, _ = fail_lost_runs(context.instance, scope.name)
     if active:
         run = active[0]
         return dg.SkipReason(

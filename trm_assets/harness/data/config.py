@@ -578,16 +578,22 @@ def _parse_scalar(text: str) -> Any:
         return text
 
 
+def override_key(item: str) -> str:
+    """The dotted key of a ``--set KEY=VALUE`` item (``" sim.seed =3"`` → ``"sim.seed"``)."""
+    return item.partition("=")[0].strip()
+
+
 def parse_set_overrides(items: Sequence[str]) -> dict[str, Any]:
     """``["gate_alpha=0.1", "sim.seed=3"]`` → nested dict; malformed items are errors."""
     out: dict[str, Any] = {}
     bad: list[str] = []
     for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
+        _, sep, raw = item.partition("=")
+        key = override_key(item)
+        if not sep or not key:
             bad.append(f"--set {item!r}: expected key=value")
             continue
-        _set_dotted(out, key.strip(), _parse_scalar(raw))
+        _set_dotted(out, key, _parse_scalar(raw))
     if bad:
         raise ConfigError(bad, "--set")
     return out
