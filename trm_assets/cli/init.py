@@ -9,13 +9,11 @@ from pathlib import Path
 
 import click
 
-from trm_assets.cli.support import fail_on_trm_error
+from trm_assets.cli.support import WORKSPACE_OPTION, fail_on_trm_error
 
 
 @click.command("init")
-@click.option(
-    "--workspace", "workspace", required=True, type=click.Path(path_type=Path), help="Directory."
-)
+@WORKSPACE_OPTION
 @click.option(
     "--config", "config_path", required=True, type=click.Path(path_type=Path), help="YAML config."
 )

@@ -11,8 +11,7 @@ from typing import Any
 
 import click
 
-from trm_assets.cli.support import fail_on_trm_error
-from trm_assets.cli.train import _WS
+from trm_assets.cli.support import WORKSPACE_OPTION, fail_on_trm_error
 
 
 def report_data(workspace: Path) -> dict[str, Any]:
@@ -100,7 +99,7 @@ def _pair(skills: str | None, prompts: str | None) -> str:
 
 
 @click.command("report")
-@_WS
+@WORKSPACE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_on_trm_error
 def report_cmd(workspace: Path, as_json: bool) -> None:

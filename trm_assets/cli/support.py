@@ -10,11 +10,17 @@ import socket
 import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
 from trm_assets.domain.errors import TrmError
+
+WORKSPACE_OPTION = click.option(
+    "--workspace", "workspace", required=True, type=click.Path(path_type=Path), help="Directory."
+)
+"""The ``--workspace DIR`` option of every command that works on one experiment workspace."""
 
 
 class LazyGroup(click.Group):

@@ -11,12 +11,9 @@ from typing import Any
 
 import click
 
-from trm_assets.cli.support import fail_on_trm_error
+from trm_assets.cli.support import WORKSPACE_OPTION, fail_on_trm_error
 from trm_assets.domain.errors import TrmError
 
-_WS = click.option(
-    "--workspace", "workspace", required=True, type=click.Path(path_type=Path), help="Directory."
-)
 _SET = click.option(
     "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a setting."
 )
@@ -51,7 +48,7 @@ def _config(workspace: Path, config_path: Path | None, overrides: tuple[str, ...
 
 
 @click.command("train")
-@_WS
+@WORKSPACE_OPTION
 @click.option(
     "--config", "config_path", required=True, type=click.Path(path_type=Path), help="YAML config."
 )
@@ -180,7 +177,7 @@ def _train_through_dagster(workspace: Path, config_path: Path, overrides: tuple[
 
 
 @click.command("eval")
-@_WS
+@WORKSPACE_OPTION
 @click.option("--version", "version", required=True, help="Skills version (vN).")
 @click.option(
     "--pool", type=click.Choice(["validation", "test"]), required=True, help="Which pool."
@@ -251,7 +248,7 @@ def eval_cmd(
 
 
 @click.command("promote")
-@_WS
+@WORKSPACE_OPTION
 @click.option("--version", "version", required=True, help="Skills version (vN).")
 @click.option("--eval-run", "eval_run", required=True, help="The evaluation run that proves it.")
 @click.option("--name", required=True, help="Seed name.")
