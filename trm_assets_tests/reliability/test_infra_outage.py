@@ -88,6 +88,7 @@ def _outage_after(simulated: bool, *barriers: list[tuple[int, bool, str]]) -> st
         cfg=cfg,
         providers=SimpleNamespace(simulated=simulated),
         _recent_infra=deque(maxlen=cfg.infra_outage_window),
+        _log=None,
     )
     try:
         for i, rollouts in enumerate(barriers):
@@ -99,7 +100,9 @@ def _outage_after(simulated: bool, *barriers: list[tuple[int, bool, str]]) -> st
                 )
                 for calls, infra, stop in rollouts
             ]
-            LoopContext._check_outage(fake, SimpleNamespace(run_id=f"r{i}", predictions=preds))
+            LoopContext._check_outage(
+                fake, SimpleNamespace(run_id=f"r{i}", predictions=preds), "seed_eval"
+            )
     except InfraOutage as e:
         return str(e)
     return None
@@ -125,3 +128,74 @@ def test_a_small_window_stops_only_when_every_rollout_failed_for_infra() -> None
     big = _outage_after(True, [dead] * 10)
     assert big is not None and big.startswith("10 of the last 10 model calls failed")
     assert "sim.fault_*_rate" in big and "TRM_LLM_BASE_URL" not in big
+
+
+def test_a_real_endpoint_counts_lost_rollouts_over_the_whole_barrier() -> None:
+    """Hostile pass: a gateway answering 502 to every request over 13 kB failed 66 of 72 seed
+    rollouts at their fourth call (3 good calls each): 66 failed calls of 264 stayed under the
+    rate, and init was checkpointed with val 0.500 on the 6 rollouts left (the truth: 0.403).
+    And the window held only the barrier's last 20 rollouts: an endpoint that recovered late in
+    a barrier left a result of its last third."""
+    long_lost, answered = (3, True, "error"), (4, False, "answer")
+    msg = _outage_after(False, [long_lost] * 66 + [answered] * 6)
+    assert msg is not None and msg.startswith("66 of the last 72 rollouts failed"), msg
+    msg = _outage_after(False, [long_lost] * 40 + [answered] * 32)
+    assert msg is not None and msg.startswith("40 of the last 72 rollouts failed"), msg
+    assert _outage_after(False, [long_lost] * 36 + [answered] * 36) is None  # at the rate: data
+    # the simulated world still counts calls (per-call fault draws, no retry): 66 of 264
+    assert _outage_after(True, [long_lost] * 66 + [answered] * 6) is None
+    # gate blocks smaller than the window are watched over the window, across barriers
+    block = [long_lost] * 3 + [answered] * 2
+    assert _outage_after(False, [answered] * 5, block, block, block) is None  # 9 of 20
+    msg = _outage_after(False, [answered] * 5, block, block, block, block)
+    assert msg is not None and msg.startswith("12 of the last 20 rollouts failed"), msg
+
+
+def test_an_eval_during_an_outage_is_not_reused_nor_promoted(tmp_path: Path) -> None:
+    """Hostile pass: `trm eval` with every rollout failed exited 0 with "accuracy None" and
+    "promote with: …"; `trm promote` wrote a seed from it; and its run row said "done", so the
+    same `trm eval` once the endpoint was back printed "already evaluated (reused)", for good."""
+    from trm_assets_tests.reliability.conftest import child_env, run_cli, sim_server
+
+    cfg = tiny_config("llm_provider=openai", "agent_temperature=1.0", "concurrency=4")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    evaluate = ["eval", "--workspace", str(ws), "--version", "v1", "--pool", "test"]
+    run_id = "eval_v1_v1_test"
+    promote = [
+        "promote", "--workspace", str(ws), "--version", "v1", "--eval-run", run_id,
+        "--name", "s", "--seeds-dir", str(tmp_path / "seeds"),
+    ]  # fmt: skip
+    dead = child_env(
+        TRM_LLM_BASE_URL=f"http://127.0.0.1:{_dead_port()}/v1",
+        TRM_LLM_API_KEY="sk-test-outage",
+        TRM_LLM_MAX_RETRIES="0",
+    )
+    res = run_cli(evaluate, dead, 240, tmp_path / "eval-dead.log")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "12 of the last 12 rollouts failed" in res.stderr
+    assert "run the same `trm eval` again" in res.stderr and "promote with" not in res.stdout
+    from trm_assets.harness.storage.runlog import RunLogReader
+
+    with RunLogReader.open(ws / "runs.duckdb") as r:
+        row = r.run(run_id)
+    assert row is not None and row["status"] == "outage" and row["n_infra_failures"] == 12
+    res = run_cli(promote, dead, 120, tmp_path / "promote-dead.log")
+    assert res.returncode != 0 and "ended 'outage'" in res.stderr, res.stdout + res.stderr
+    assert not (tmp_path / "seeds" / "s").exists()
+
+    with sim_server(tmp_path / "sim-serve.log", "--data", "data/smoke") as server:
+        ok = child_env(TRM_LLM_BASE_URL=server.base_url, TRM_LLM_API_KEY="sk-test-outage")
+        res = run_cli(evaluate, ok, 240, tmp_path / "eval-ok.log")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "already evaluated" not in res.stdout and "evaluating skills v1" in res.stdout
+    with RunLogReader.open(ws / "runs.duckdb") as r:
+        row = r.run(run_id)
+        infra = r.query(
+            f"SELECT count(*) AS n FROM predictions WHERE run_id = '{run_id}' "
+            "AND failure_kind = 'infra'"
+        )[0]["n"]
+    assert row is not None and row["status"] == "done" and infra == 0
+    assert row["n_rollouts"] == 12 and row["accuracy"] is not None
+    assert f"run {run_id}: accuracy {row['accuracy']:.3f}" in res.stdout
+    res = run_cli(promote, ok, 120, tmp_path / "promote-ok.log")
+    assert res.returncode == 0 and (tmp_path / "seeds" / "s").is_dir(), res.stdout + res.stderr

@@ -3,7 +3,10 @@
 ``trm sim-serve`` injects timeouts (10 %), HTTP 5xx (5 %) and malformed replies (5 %); the
 provider gets no retry (``TRM_LLM_MAX_RETRIES=0``) so infrastructure failures reach the loop and
 the INFRA guard (GATE §5) has work to do. The run must complete, no gate may decide on an
-INFRA-aborted gate, and the failures must be counted. The same run carries a fake API key in its
+INFRA-aborted gate, and the failures must be counted. Without retries these rates lose 40-60% of
+the rollouts, which the unit's own outage guard (``infra_outage_rate``, tested in
+``test_infra_outage.py``) would rightly call an outage: this drill turns it off (rate 1.0) to
+study the gate's guard. The same run carries a fake API key in its
 environment: the key must appear nowhere — workspace, DuckDB files, DAGSTER_HOME, captured logs.
 """
 
@@ -32,7 +35,8 @@ from trm_assets_tests.reliability.conftest import (
 from trm_bench.reliability import train_args
 
 FAKE_KEY = "sk-trm-FAKE-9f3c1d2e7a5b4c6d8e0f-do-not-leak"
-OPENAI = (*TINY, "llm_provider=openai", "agent_temperature=1.0", "concurrency=8")
+DRILL = ("llm_provider=openai", "agent_temperature=1.0", "concurrency=8", "infra_outage_rate=1.0")
+OPENAI = (*TINY, *DRILL)
 FAULTS = (
     "--fault-timeout-rate", "0.10", "--fault-5xx-rate", "0.05", "--fault-malformed-rate", "0.05",
     "--timeout-sleep-s", "0.5", "--seed", "3", "--log-requests",
@@ -66,7 +70,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultRun]:
     mp = pytest.MonkeyPatch()
     mp.chdir(REPO)
     root = tmp_path_factory.mktemp("faults")
-    cfg = tiny_config("llm_provider=openai", "agent_temperature=1.0", "concurrency=8")
+    cfg = tiny_config(*DRILL)
     ws = new_workspace(root / "ws", cfg)
     dws = new_workspace(root / "ws_dagster", cfg)
     home = root / "dagster_home"

@@ -185,8 +185,9 @@ class RunConfig(NoBoolNumbers):
     skill_mode: Literal["task", "all", "none"] = _field("task", "task | all | none")
     infra_outage_rate: float = _field(
         0.5,
-        "0 < x <= 1: share of failed model calls (infra) over the last infra_outage_window "
-        "rollouts beyond which the unit stops (an outage is not a result)",
+        "0 < x <= 1: share of rollouts ended by an infra failure (of model calls in the "
+        "simulated world), in a barrier or over the last infra_outage_window rollouts, beyond "
+        "which the unit stops (an outage is not a result)",
         gt=0,
         le=1,
     )

@@ -97,7 +97,9 @@ class LoopContext:
     base: str = RUN_BASE
     observers: tuple[LoopObserver, ...] = ()  # benchmarks, progress displays (observer.py)
     _log: RunLog | None = field(default=None, repr=False)
-    _recent_infra: deque[tuple[int, int]] = field(
+    # the process's last infra_outage_window rollouts: (model calls, counting a failed one;
+    # whether it ended in an infra failure)
+    _recent_infra: deque[tuple[int, bool]] = field(
         default_factory=lambda: deque(maxlen=20), repr=False
     )
     # prompts version → (the verified meta it was loaded under, the prompts): a barrier reads its
@@ -357,7 +359,7 @@ class LoopContext:
                     self._calls_seen[p.question_id] = p.n_llm_calls
         for o in self.observers:
             o.on_barrier(result)
-        self._check_outage(result)
+        self._check_outage(result, kind)
         return result
 
     def _longest_first(self, specs: Sequence[RolloutSpec]) -> list[int] | None:
@@ -377,36 +379,52 @@ class LoopContext:
         for o in self.observers:
             o.on_rollouts(progress)
 
-    def _check_outage(self, result: InferenceResult) -> None:
-        """Issue 18.3: a unit whose model calls are mostly infra failures is not a result. The
-        model calls of the last ``infra_outage_window`` rollouts of the process are watched (a
-        rollout that failed for infra counts its failed call); past ``infra_outage_rate`` of
-        them the unit stops before its checkpoint (so it is re-run, rolled back, on resume) and
-        nothing is decided or finalized on an outage. Occasional faults — a few percent of calls
-        timing out — stay data: the gate's own INFRA guard handles those.
+    def _check_outage(self, result: InferenceResult, kind: str) -> None:
+        """Issue 18.3: a unit whose rollouts mostly ended in infra failures is not a result: its
+        accuracy would be taken over the few that got through. The rollouts are watched over
+        the barrier itself, or the last ``infra_outage_window`` rollouts of the process when the
+        barrier is smaller (gate blocks); past ``infra_outage_rate`` of them ended in an infra
+        failure, the unit stops before its checkpoint (so it is re-run, rolled back, on resume)
+        and nothing is decided or finalized on an outage. Occasional faults — a few rollouts
+        failing after their retries — stay data: the gate's own INFRA guard handles those.
+        A real endpoint's rollouts count, not its model calls: a rollout that made three good
+        calls and failed at its fourth (after the provider's retries) is as lost as one that
+        never connected — a gateway refusing long requests failed 66 of 72 rollouts in 1 of 4
+        calls, and the unit was checkpointed on the 6 left. A rollout served from the
+        temperature-0 cache (0 calls), or a task failure, is a result. The simulated world
+        counts model calls: its ``sim.fault_*_rate`` are per-call draws with no retry, which a
+        drill sets high (25% of calls fails half of its rollouts), and its faults are the same
+        draws on every attempt, so a stop there would recur at each resume.
 
         Until the window holds ``min(infra_outage_window, 10)`` rollouts (a small unit, a fresh
         process: every Dagster run has its own), a real endpoint's unit stops only when *every*
-        rollout of the window ended in an infra failure (a rollout served from the temperature-0
-        cache, or a task failure, is a result): such a unit of an unreachable endpoint was
-        checkpointed with accuracy n/a. Not in the simulated world, whose faults are the same
-        draws on every attempt: a drill's small unit would stop again at each resume, for good."""
+        rollout of the window ended in an infra failure: such a unit of an unreachable endpoint
+        was checkpointed with accuracy n/a. Not in the simulated world (its small units never
+        stop, for the same reason)."""
         window = self._recent_infra
-        for p in result.predictions:
-            infra = p.failure_kind == FAILURE_INFRA
-            window.append((p.n_llm_calls + int(infra), int(infra)))
+        barrier = [
+            (p.n_llm_calls + int(p.failure_kind == FAILURE_INFRA), p.failure_kind == FAILURE_INFRA)
+            for p in result.predictions
+        ]
+        window.extend(barrier)
+        watched = barrier if len(barrier) > len(window) else list(window)
         cfg = self.cfg
-        calls = sum(c for c, _ in window)
-        failed = sum(f for _, f in window)
-        if len(window) >= min(cfg.infra_outage_window, 10):
+        failed = sum(infra for _, infra in watched)
+        if len(watched) < min(cfg.infra_outage_window, 10):
+            outage = not self.providers.simulated and failed == len(watched) > 0
+            what = f"every one of the last {len(watched)} rollout(s)"
+        elif self.providers.simulated:
+            calls = sum(c for c, _ in watched)
             outage = failed / max(calls, 1) > cfg.infra_outage_rate
             what = f"{failed} of the last {calls} model calls"
         else:
-            outage = not self.providers.simulated and failed == len(window) > 0
-            what = f"every one of the last {len(window)} rollout(s)"
+            outage = failed / len(watched) > cfg.infra_outage_rate
+            what = f"{failed} of the last {len(watched)} rollouts"
         if outage:
             errors = sorted({p.error for p in result.predictions if p.error})[:3]
             window.clear()
+            if self._log is not None:  # its row said "done": a later `trm eval` reused it
+                self._log.finish_run(result.run_id, status="outage", defer=True)
             fix = (
                 "the simulated world injects these faults (sim.fault_*_rate): lower them, or "
                 "raise infra_outage_rate"
@@ -416,8 +434,13 @@ class LoopContext:
             raise InfraOutage(
                 f"{what} failed for infrastructure reasons "
                 f"(run {result.run_id}; model endpoint unreachable or failing: "
-                f"{'; '.join(errors) or 'no detail'}); the unit was stopped before its "
-                f"checkpoint — {fix} and run `trm train --resume`"
+                f"{'; '.join(errors) or 'no detail'}); "
+                + (
+                    f"the evaluation recorded no result — {fix} and run the same `trm eval` again"
+                    if is_eval_command_kind(kind)
+                    else f"the unit was stopped before its checkpoint — {fix} and run "
+                    "`trm train --resume`"
+                )
             )
 
     # -- parameters -----------------------------------------------------------------------------

@@ -653,12 +653,15 @@ def read_seed(seeds_dir: str | Path, name: str) -> Seed:
 
 @dataclass(frozen=True)
 class EvalRunRecord:
-    """The versions an evaluation run recorded in the run database's ``runs`` table."""
+    """The versions an evaluation run recorded in the run database's ``runs`` table, and how it
+    ended."""
 
     run_id: str
     skills_version: str | None
     prompts_version: str | None
     questions_ref: str | None
+    status: str | None = None
+    accuracy: float | None = None
 
 
 def read_eval_run(run_db: str | Path, run_id: str) -> EvalRunRecord:
@@ -683,8 +686,14 @@ def read_eval_run(run_db: str | Path, run_id: str) -> EvalRunRecord:
         value = row.get(key)
         return None if value is None else str(value)
 
+    accuracy = row.get("accuracy")
     return EvalRunRecord(
-        run_id, text("skills_version"), text("prompts_version"), text("questions_ref")
+        run_id,
+        text("skills_version"),
+        text("prompts_version"),
+        text("questions_ref"),
+        text("status"),
+        None if accuracy is None else float(accuracy),
     )
 
 
@@ -763,6 +772,13 @@ def promote_to_seed(
     parse_version(version)
     seeds_directory(seeds_dir)  # a --seeds-dir that is a file fails before any work
     record = read_eval_run(run_db, eval_run_id)
+    if record.status != "done" or record.accuracy is None:
+        ended = f"ended {record.status!r}" if record.status != "done" else "has no accuracy"
+        raise StoreError(
+            f"{run_db}: run {eval_run_id!r} {ended}: a seed needs a finished evaluation with "
+            "an accuracy (an outage or an interrupted run proves nothing); run `trm eval` "
+            "again and promote that run"
+        )
     if record.skills_version is None or record.prompts_version is None:
         raise StoreError(
             f"{run_db}: run {eval_run_id!r} recorded skills_version={record.skills_version!r}, "
