@@ -201,11 +201,15 @@ class LoopContext:
         }
         if self.cfg.llm_provider == "sim":  # the simulated model is its world: another answers
             decoding["world"] = answer_world(self.cfg.sim)
+        mode = getattr(self.providers.agent, "tool_mode", "native")
+        if mode != "native":  # TRM_LLM_TOOL_MODE=text is another prompt and another protocol
+            decoding["tool_mode"] = mode  # (native keeps the hash it had before the key)
         return decoding
 
     def decoding_hash(self) -> str:
         """What besides the version pair decides a rollout's answer: provider, model,
-        temperature, max steps, skill mode (recorded on every run: runs.meta.decoding)."""
+        temperature, max steps, skill mode, a text tool mode (recorded on every run:
+        runs.meta.decoding)."""
         return _short_hash(self._decoding())
 
     def context_hash(self, skills: Mapping[str, str]) -> str:
