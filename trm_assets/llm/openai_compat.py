@@ -241,6 +241,14 @@ class OpenAICompatProvider:
         # Credentials in the URL go to httpx as basic auth (what httpx does with a URL's userinfo)
         # and out of the URL it requests and logs ("HTTP Request: POST <url>" at INFO).
         self._auth, request_root = _split_userinfo(self._base_url)
+        if self._auth is not None and api_key is not None:
+            # httpx's basic auth replaces the Bearer header: the key was silently never sent, and
+            # a server needing it answered 401, reported as "the API key was rejected"
+            raise ApiKeyFormatError(
+                "TRM_LLM_BASE_URL carries credentials (user:password@) and an API key is set "
+                "(TRM_LLM_API_KEY or OPENAI_API_KEY): a request has one Authorization header, so "
+                "one of them would never be sent; keep one (an empty TRM_LLM_API_KEY= sets none)"
+            )
         self._url = request_root + "/chat/completions"
         # What messages show: the URL without its credentials (issue 18.2).
         self._shown_base_url = redact_url(self._base_url)

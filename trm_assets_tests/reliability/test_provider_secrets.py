@@ -165,11 +165,25 @@ def test_credentials_in_the_base_url_are_redacted_everywhere(
     assert [leaks(t) for t in texts] == [[] for _ in texts]
 
 
+def test_credentials_in_the_url_beside_an_api_key_are_refused() -> None:
+    """Hostile pass: with both, httpx's basic auth replaced the Bearer header: the key was
+    never sent, and a server needing it answered 401 ("the API key was rejected")."""
+    from trm_assets.llm.protocol import ApiKeyFormatError
+
+    url = f"http://alice:{PASSWORD}@127.0.0.1:9/v1"
+    with pytest.raises(ApiKeyFormatError) as err:
+        provider(url)  # and the key
+    msg = str(err.value)
+    assert "TRM_LLM_BASE_URL carries credentials" in msg and "keep one" in msg
+    assert leaks(msg) == []
+    assert provider(url, api_key=None).base_url == "http://***@127.0.0.1:9/v1"  # one is fine
+
+
 def test_a_refused_connection_names_the_redacted_url(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     with fake_openai() as srv:
         url = srv.url.replace("http://", f"http://alice:{PASSWORD}@")
-    p = provider(url, max_retries=0)  # the server is gone: connection refused
+    p = provider(url, api_key=None, max_retries=0)  # the server is gone: connection refused
     texts = outputs_of(p, caplog)
     assert texts[0].startswith("connection: ConnectError talking to http://***@127.0.0.1:")
     assert [leaks(t) for t in texts] == [[] for _ in texts]
