@@ -36,6 +36,9 @@ _SHOWN_FIELDS = frozenset(
     }
 )
 
+#: The longest bad value an error shows (``"1e-3"``, ``"natve"``): longer ones may be a secret.
+_SHOWN_MAX = 12
+
 
 class SettingsError(TrmError, ValueError):
     """An invalid ``TRM_LLM_*`` variable: one line per problem, naming the variable."""
@@ -146,7 +149,13 @@ def settings_problems(err: ValidationError) -> list[str]:
         shown = ""
         if field in _SHOWN_FIELDS and value is not None and e.get("type") != "missing":
             text = repr(value)
-            shown = f" (got {text if len(text) <= 40 else text[:37] + '...'})"
+            # a number or a choice is short; a long value is a paste into the wrong variable
+            # (a key in TRM_LLM_TIMEOUT_S was shown whole): its length only
+            shown = (
+                f" (got {text})"
+                if len(str(value)) <= _SHOWN_MAX
+                else f" (got a {len(str(value))}-character value, not shown)"
+            )
         lines.append(f"{env_names(field)}: {msg}{shown} (environment or .env)")
     return lines
 

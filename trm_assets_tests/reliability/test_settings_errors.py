@@ -110,3 +110,15 @@ def test_valid_settings_load(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_non_finite_config_numbers_are_refused_before_any_work() -> None:
     with pytest.raises(ConfigError, match="probation_rollback_margin"):
         tiny_config("probation_rollback_margin=.inf")
+
+
+def test_a_long_value_in_a_shown_variable_is_not_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile pass: a key pasted into TRM_LLM_TIMEOUT_S was shown whole (values were cut at 40
+    characters); a short bad value is still shown, as the user needs it."""
+    monkeypatch.setenv("TRM_LLM_TIMEOUT_S", KEY)
+    monkeypatch.setenv("TRM_LLM_TOOL_MODE", "natve")
+    with pytest.raises(SettingsError) as ei:
+        load_settings(_env_file=None)
+    text = str(ei.value)
+    assert KEY[3:9] not in text and f"a {len(KEY)}-character value, not shown" in text
+    assert "(got 'natve')" in text
