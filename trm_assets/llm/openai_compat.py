@@ -492,7 +492,9 @@ class OpenAICompatProvider:
                         return out
                 else:
                     body = self._excerpt(resp)
-                    refusal = self._refusal(status, body, has_tools=has_tools)
+                    refusal = self._refusal(
+                        status, body, has_tools=has_tools, location=resp.headers.get("location")
+                    )
                     if refusal is not None:
                         raise refusal
                     retry_after = _retry_after(resp.headers.get("retry-after"))
@@ -522,7 +524,9 @@ class OpenAICompatProvider:
         """The start of the body, masked before it is cut (issue 18.2), on one line."""
         return excerpt(resp.text, self._secrets, _BODY_EXCERPT) or "(empty body)"
 
-    def _refusal(self, status: int, body: str, *, has_tools: bool) -> ProviderRequestError | None:
+    def _refusal(
+        self, status: int, body: str, *, has_tools: bool, location: str | None = None
+    ) -> ProviderRequestError | None:
         """The error that stops the call for a non-200 answer, or None if it is transient (see
         the module docstring's table)."""
         transient = status in RETRYABLE_STATUS or status in _GATEWAY_STATUS
@@ -542,7 +546,7 @@ class OpenAICompatProvider:
         if transient:
             return None
         if status < 500:
-            return self._request_error(status, body)
+            return self._request_error(status, body, location)
         if not any(m in lowered for m in _VALIDATION_MARKERS):
             return None
         key = (status, body)
@@ -565,7 +569,9 @@ class OpenAICompatProvider:
             repeats=n,
         )
 
-    def _request_error(self, status: int, body: str) -> ProviderRequestError:
+    def _request_error(
+        self, status: int, body: str, location: str | None = None
+    ) -> ProviderRequestError:
         lowered = body.lower()
         if status in (400, 413) and any(m in lowered for m in _CONTEXT_MARKERS):
             return ContextLengthExceeded(
@@ -581,6 +587,12 @@ class OpenAICompatProvider:
             404: f"no such endpoint or model: check the base URL ({self._shown_base_url}) and the "
             f"model name ({self._model!r})",
         }.get(status, "the server refused the request; it will not succeed on retry")
+        if 300 <= status < 400:  # not followed: a POST must not be re-sent elsewhere unasked
+            where = redact_url(location) if location else "(no Location header)"
+            hint = (
+                f"the server redirects to {where}: set TRM_LLM_BASE_URL to the address it "
+                "answers on (often https:// for http://, or a missing /v1)"
+            )
         return ProviderRequestError(
             self._mask(f"HTTP {status} from {self._shown_url}: {hint}. Server said: {body}"),
             status=status,

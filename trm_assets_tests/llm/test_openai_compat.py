@@ -121,6 +121,20 @@ def test_other_4xx_are_not_retried_and_not_infra(status: int) -> None:
     assert SECRET not in str(ei.value) and f"HTTP {status}" in str(ei.value)
 
 
+def test_a_redirect_names_where_it_points() -> None:
+    """Hostile pass: an http:// URL for an https:// endpoint (a 307) said "the server refused the
+    request", with no Location. It is still not followed (a POST is not re-sent elsewhere
+    unasked), and never retried; the credentials a Location may carry are not shown."""
+    to = "https://bob:hunter2-long-pw@api.example.com/v1/chat/completions"
+    with fake_openai(Reply(307, "", headers={"Location": to})) as srv:
+        with pytest.raises(ProviderRequestError) as ei:
+            chat_once(provider(srv.url))
+        assert len(srv.requests) == 1
+    msg = str(ei.value)
+    assert "HTTP 307" in msg and "redirects to https://***@api.example.com/v1/" in msg, msg
+    assert "TRM_LLM_BASE_URL" in msg and "hunter2" not in msg and SECRET not in msg
+
+
 def test_context_overflow_is_its_own_error() -> None:
     body = {
         "error": {
