@@ -56,6 +56,18 @@ def test_an_outage_fails_the_run_and_leaves_it_resumable(tmp_path: Path) -> None
     assert "early_stopped" not in proc.stdout and "delivered best" not in proc.stdout
     state = ws / "state.json"
     assert not state.exists() or not json.loads(state.read_text())["finalized"]
+    # init's 24 rollouts were given up after 20 failed in a row, not at the barrier's end (a
+    # hanging server costs each rollout its timeout and retries: hours for a real pool)
+    assert "20 rollouts in a row (the barrier was given up before its end)" in proc.stderr
+    from trm_assets.harness.storage.runlog import RunLogReader
+
+    with RunLogReader.open(ws / "runs.duckdb") as r:
+        (run,) = r.query("SELECT run_id, status FROM runs")
+        ended = r.query(
+            "SELECT count(*) AS n FROM predictions WHERE failure_kind = 'infra' "
+            "AND error NOT LIKE 'aborted%'"
+        )[0]["n"]
+    assert run == {"run_id": "train_init", "status": "failed"} and ended == 20
 
 
 def test_a_small_unit_of_an_unreachable_endpoint_is_not_a_result(tmp_path: Path) -> None:
@@ -79,7 +91,7 @@ def _outage_after(simulated: bool, *barriers: list[tuple[int, bool, str]]) -> st
     """Feed barriers of rollouts (model calls, infra failure, stop) to the outage guard of a
     fresh context (its window empty, as in a new Dagster run); the message, or None."""
     from collections import deque
-    from types import SimpleNamespace
+    from types import MethodType, SimpleNamespace
 
     from trm_assets.harness.loop.context import InfraOutage, LoopContext
 
@@ -90,6 +102,7 @@ def _outage_after(simulated: bool, *barriers: list[tuple[int, bool, str]]) -> st
         _recent_infra=deque(maxlen=cfg.infra_outage_window),
         _log=None,
     )
+    fake._outage = MethodType(LoopContext._outage, fake)
     try:
         for i, rollouts in enumerate(barriers):
             preds = [
@@ -199,3 +212,34 @@ def test_an_eval_during_an_outage_is_not_reused_nor_promoted(tmp_path: Path) -> 
     assert f"run {run_id}: accuracy {row['accuracy']:.3f}" in res.stdout
     res = run_cli(promote, ok, 120, tmp_path / "promote-ok.log")
     assert res.returncode == 0 and (tmp_path / "seeds" / "s").is_dir(), res.stdout + res.stderr
+
+
+def test_a_barrier_is_given_up_on_a_streak_of_lost_rollouts_only() -> None:
+    """The in-barrier rule is a streak: an endpoint that still answers now and then breaks it
+    (the first rollouts to end are not a sample of the barrier), and the simulated world, whose
+    faults recur at each resume, is never given up on mid-barrier."""
+    from types import MethodType, SimpleNamespace
+
+    from trm_assets.harness.loop.context import InfraOutage, LoopContext
+
+    def watcher(simulated: bool) -> Any:
+        fake: Any = SimpleNamespace(
+            cfg=tiny_config(), providers=SimpleNamespace(simulated=simulated)
+        )
+        fake._outage = MethodType(LoopContext._outage, fake)
+        return LoopContext._outage_streak(fake, "train_e0_s0_R", "slow_R")
+
+    lost = SimpleNamespace(failure_kind="infra", error="infra: timeout: no reply")
+    answered = SimpleNamespace(failure_kind=None, error=None)
+    assert tiny_config().infra_outage_window == 20
+    watch = watcher(False)
+    for p in [lost] * 19 + [answered] + [lost] * 19:
+        watch(p)  # never 20 in a row
+    try:
+        watch(lost)
+    except InfraOutage as e:
+        assert str(e).startswith("20 rollouts in a row (the barrier was given up before its end)")
+        assert "run train_e0_s0_R" in str(e) and "infra: timeout: no reply" in str(e)
+    else:
+        raise AssertionError("twenty lost rollouts in a row did not stop the barrier")
+    assert watcher(True) is None

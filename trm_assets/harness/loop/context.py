@@ -42,6 +42,7 @@ from trm_assets.harness.loop.rollouts import (
     FAILURE_INFRA,
     InferenceProgress,
     InferenceResult,
+    Prediction,
     RolloutSpec,
     run_inference,
 )
@@ -354,6 +355,7 @@ class LoopContext:
                 run_meta={"decoding": self.decoding_hash(), "prompt_keys": keys},
                 start_order=self._longest_first(specs),
                 write_behind=self.after_next_launch,
+                on_rollout=self._outage_streak(run_id, kind),
             ),
             self.drain_later,
         )
@@ -425,27 +427,53 @@ class LoopContext:
             outage = failed / len(watched) > cfg.infra_outage_rate
             what = f"{failed} of the last {len(watched)} rollouts"
         if outage:
-            errors = sorted({p.error for p in result.predictions if p.error})[:3]
             window.clear()
             if self._log is not None:  # its row said "done": a later `trm eval` reused it
                 self._log.finish_run(result.run_id, status="outage", defer=True)
-            fix = (
-                "the simulated world injects these faults (sim.fault_*_rate): lower them, or "
-                "raise infra_outage_rate"
-                if self.providers.simulated
-                else "fix the endpoint (TRM_LLM_BASE_URL, TRM_LLM_API_KEY)"
-            )
-            raise InfraOutage(
-                f"{what} failed for infrastructure reasons "
-                f"(run {result.run_id}; model endpoint unreachable or failing: "
-                f"{'; '.join(errors) or 'no detail'}); "
-                + (
-                    f"the evaluation recorded no result — {fix} and run the same `trm eval` again"
-                    if is_eval_command_kind(kind)
-                    else f"the unit was stopped before its checkpoint — {fix} and run "
-                    "`trm train --resume`"
-                )
-            )
+            errors = sorted({p.error for p in result.predictions if p.error})
+            raise self._outage(what, result.run_id, errors, kind)
+
+    def _outage_streak(self, run_id: str, kind: str) -> Callable[[Prediction], None] | None:
+        """While a barrier runs (:func:`run_inference`'s ``on_rollout``): a real endpoint that
+        failed ``max(infra_outage_window, 10)`` rollouts in a row is given up at once, not at
+        the barrier's end. A server that hangs costs each rollout its timeout and retries (≈ 5
+        min at the defaults): a hostile pass waited 3 min 20 s for a 72-rollout barrier at a
+        5 s timeout, and 600 validation questions would have taken ≈ 6 hours to say "outage".
+        A streak, not a share: the first rollouts to end are not a sample of the barrier (a
+        refused connection ends at once, an answer takes its time), and an endpoint that still
+        answers breaks it. Not in the simulated world (its faults recur at each resume)."""
+        if self.providers.simulated:
+            return None
+        need = max(self.cfg.infra_outage_window, 10)
+        streak: list[str] = []
+
+        def watch(p: Prediction) -> None:
+            if p.failure_kind != FAILURE_INFRA:
+                streak.clear()
+                return
+            streak.append(p.error or "")
+            if len(streak) >= need:
+                what = f"{need} rollouts in a row (the barrier was given up before its end)"
+                raise self._outage(what, run_id, sorted(set(streak)), kind)
+
+        return watch
+
+    def _outage(self, what: str, run_id: str, errors: list[str], kind: str) -> InfraOutage:
+        fix = (
+            "the simulated world injects these faults (sim.fault_*_rate): lower them, or "
+            "raise infra_outage_rate"
+            if self.providers.simulated
+            else "fix the endpoint (TRM_LLM_BASE_URL, TRM_LLM_API_KEY)"
+        )
+        then = (
+            f"the evaluation recorded no result — {fix} and run the same `trm eval` again"
+            if is_eval_command_kind(kind)
+            else f"the unit was stopped before its checkpoint — {fix} and run `trm train --resume`"
+        )
+        return InfraOutage(
+            f"{what} failed for infrastructure reasons (run {run_id}; model endpoint unreachable "
+            f"or failing: {'; '.join(e for e in errors[:3] if e) or 'no detail'}); {then}"
+        )
 
     # -- parameters -----------------------------------------------------------------------------
 

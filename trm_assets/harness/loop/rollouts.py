@@ -264,6 +264,7 @@ async def run_inference(
     heartbeat_s: float | None = None,
     start_order: Sequence[int] | None = None,
     write_behind: Callable[[Callable[[], None]], None] | None = None,
+    on_rollout: Callable[[Prediction], None] | None = None,
 ) -> InferenceResult:
     """Run every (question, replicate) through :class:`AgentLoop`; see the module docstring.
 
@@ -294,6 +295,11 @@ async def run_inference(
     ``write_behind``: given the call that starts writing the run's last rows behind, schedules
     it (the loop: once the next barrier's first calls are out, so the writer thread's work does
     not contend with the loop between barriers); default: at once.
+
+    ``on_rollout``: called with each rollout run here once it has ended (not with served or
+    resumed ones); what it raises stops the barrier as a failure would (the others are
+    cancelled, the run is recorded ``failed``): the loop's outage guard gives up on an endpoint
+    that fails every rollout without waiting for the barrier's end.
     """
     if not isinstance(run_id, str) or not run_id.strip():
         raise ValueError(f"run_id is required (a non-empty string), got {run_id!r}")
@@ -395,6 +401,8 @@ async def run_inference(
             if progress is not None:
                 progress(snapshot())
         maybe_flush()
+        if on_rollout is not None:
+            on_rollout(pred)
 
     done_rows = _completed_rows(log, run_id) if resume and log is not None else {}
     for i, (q, rep) in enumerate(rollouts):
