@@ -29,7 +29,7 @@ from trm_assets.domain.question import Question
 from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.data.rng import rng_for
 from trm_assets.harness.loop.context import gate_params_of
-from trm_assets.harness.loop.gate import MINIBATCH_SIZE
+from trm_assets.harness.loop.gate import MINIBATCH_SIZE, passes_for
 
 
 @dataclass(frozen=True)
@@ -77,9 +77,7 @@ def gate_d_max(cfg: RunConfig, pool_size: int, extra_size: int = 0) -> int:
         if cfg.gate_pool == "validation+diagnosis" and not cfg.fresh_draws():
             pool_size += extra_size
     else:
-        passes = (
-            cfg.gate_passes if cfg.gate_passes is not None else kernel.default_passes(pool_size)
-        )
+        passes = passes_for(cfg, pool_size)
     qids = [f"q{i}" for i in range(pool_size)]
     return len(kernel.gate_plan(qids, passes, cfg.gate_block, cfg.gate_max_blocks))
 

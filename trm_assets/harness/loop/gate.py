@@ -82,6 +82,7 @@ from trm_assets.domain.gate import (
 )
 from trm_assets.domain.ladder import GATE_RUN_MARK
 from trm_assets.evolution.types import text_hash
+from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.data.rng import rng_for
 from trm_assets.harness.loop.context import LoopContext
 from trm_assets.harness.loop.rollouts import InferenceResult
@@ -188,12 +189,21 @@ def _point_decision(v: GateVerdict) -> Decision:
 
 def gate_passes(ctx: LoopContext, task_type: str) -> int:
     """``gate_passes`` from the config, else GATE §11's default for the type's pool size — and 1
-    below ``gate_fresh_temperature``, where a second pass would replay (nearly) identical pairs."""
-    if not ctx.cfg.independent_draws():
+    below ``gate_fresh_temperature``, where a second pass would replay (nearly) identical pairs.
+    A real endpoint's default is 1 too: its pass dependence is not known (the simulated world's
+    is checked by the config), and at r = 0.5 three passes accept a null edit 6.7% > α
+    (``trm bench decoding`` measures it; set ``gate_passes`` once it says INDEPENDENT)."""
+    return passes_for(ctx.cfg, len(ctx.validation_by_type.get(task_type, ())))
+
+
+def passes_for(cfg: RunConfig, pool_size: int) -> int:
+    """:func:`gate_passes` for a type of ``pool_size`` validation questions (also the dry run's
+    estimate)."""
+    if not cfg.independent_draws():
         return 1
-    if ctx.cfg.gate_passes is not None:
-        return ctx.cfg.gate_passes
-    return default_passes(len(ctx.validation_by_type.get(task_type, ())))
+    if cfg.gate_passes is not None:
+        return cfg.gate_passes
+    return default_passes(pool_size) if cfg.llm_provider == "sim" else 1
 
 
 def _uniform(ctx: LoopContext, req: GateRequest, qids: Sequence[str], why: str) -> list[str]:
@@ -257,6 +267,13 @@ class SequentialGate:
             order = _uniform(ctx, req, req.ladder_qids, "truncated")
             positions = gate_plan(order, passes, cfg.gate_block, cfg.gate_max_blocks)
             return GatePlan(positions, "uniform (truncated cold ladder)")
+        if cfg.gate_mode == "horizon" and not req.ladder_warm:
+            # horizon spends its α over the plan's own front: on a cold ladder (2 wrong : 1
+            # right) a mean-zero edit that helps hard questions and hurts easy ones was accepted
+            # 6.6% > α over a full plan of 150 (hybrid 3.8%, uniform order 2.3%; GATE §10.1)
+            order = _uniform(ctx, req, req.ladder_qids, "horizon-cold")
+            positions = gate_plan(order, passes, cfg.gate_block, cfg.gate_max_blocks)
+            return GatePlan(positions, "uniform (horizon on a cold ladder)")
         return GatePlan(positions, "ladder-warm" if req.ladder_warm else "ladder-cold")
 
     def decide(self, verdict: GateVerdict) -> Decision:

@@ -150,6 +150,47 @@ def test_fresh_draws_cycle_the_ladder_and_truncated_cold_plans_go_uniform(tmp_pa
         assert warm.positions == tuple((q, 0) for q in req.ladder_qids[:2])
 
 
+def test_horizon_on_a_cold_ladder_goes_uniform(tmp_path: Path) -> None:
+    """Audit: horizon mode spends α over the plan's front; over a full plan on the cold ladder (2
+    wrong : 1 right) a mean-zero edit that helps hard and hurts easy questions was accepted 6.6%
+    (N = 150, 1 pass; uniform order 2.3%, hybrid 3.8%). Horizon visits a cold ladder's questions
+    in a seeded uniform order; a warm ladder, and hybrid on a cold one, keep the ladder."""
+    cfg = tiny_config("agent_temperature=1.0", "gate_passes=2", "gate_block=2", "gate_mode=horizon")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        req = _request(ctx, _biggest(ctx))
+        cold = SequentialGate().plan(ctx, req)
+        assert cold.order == "uniform (horizon on a cold ladder)"
+        n = len(req.ladder_qids)
+        order = [q for q, _ in cold.positions[:n]]
+        assert sorted(order) == sorted(req.ladder_qids) and order != list(req.ladder_qids)
+        assert cold.positions == tuple((q, rep) for rep in (0, 1) for q in order)
+        warm = SequentialGate().plan(ctx, replace(req, ladder_warm=True))
+        assert warm.order == "ladder-warm"
+        assert warm.positions == tuple((q, rep) for rep in (0, 1) for q in req.ladder_qids)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "small", "large"),
+    [
+        (("agent_temperature=1.0", "gate_passes=null"), 3, 1),  # simulated: GATE §11 by size
+        (("agent_temperature=1.0", "gate_passes=null", "llm_provider=openai"), 1, 1),  # unmeasured
+        (("agent_temperature=1.0", "llm_provider=openai", "gate_passes=3"), 3, 3),  # measured
+        (("agent_temperature=0", "gate_passes=1"), 1, 1),  # replays
+    ],
+)
+def test_a_real_endpoints_default_is_one_pass(
+    overrides: tuple[str, ...], small: int, large: int
+) -> None:
+    """Audit: a real endpoint at temperature 1 got three passes per small pool by default with
+    no measured pass dependence (at r = 0.5 three passes accept a null edit 6.7% > α). The dry
+    run's estimate follows the same rule."""
+    from trm_assets.harness.loop.gate import passes_for
+
+    cfg = tiny_config(*overrides)
+    assert (passes_for(cfg, 50), passes_for(cfg, 60)) == (small, large)
+
+
 def test_replayed_passes_inflate_false_accepts_and_one_uniform_pass_does_not() -> None:
     """GATE §10.2's least-favourable null (p_B = p_C = ½) at temperature 0: replaying a pair
     three times (the old plan) accepts far above α; one pass (the new plan) stays within α."""
