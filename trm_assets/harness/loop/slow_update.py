@@ -40,13 +40,14 @@ each a unit of work with its own checkpoint.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar, Unpack
 
 from trm_assets.domain.edits import edit_budget_end
-from trm_assets.domain.ladder import update_ladder
+from trm_assets.domain.ladder import GATE_RUN_MARK, update_ladder
 from trm_assets.domain.probation import ProbationVerdict, probation_verdict
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, skill_file_name
 from trm_assets.evolution.evolve import (
@@ -84,7 +85,7 @@ from trm_assets.harness.storage.records import (
     SlowRecords,
     WriteBack,
 )
-from trm_assets.harness.storage.runlog import RunLogReader
+from trm_assets.harness.storage.runlog import FLAG_REUSE, RunLogReader
 from trm_assets.harness.storage.versions import VersionNote
 from trm_assets.harness.storage.workspace import (
     StoreKind,
@@ -754,8 +755,11 @@ def refresh_ladder(s: UnitSession) -> LadderRefresh:
     sources = ladder_sources(ctx, epoch, _need(state.slow.r2, "r2").kept)
     with RunLogReader.open(paths.run_db) as reader:
         for run_id in sources:
+            from_gates = served_from_gates(reader, run_id)
             outcomes = {
-                q: v for (q, rep), v in sorted(reader.correctness(run_id).items()) if rep == 0
+                q: v
+                for (q, rep), v in sorted(reader.correctness(run_id).items())
+                if rep == 0 and q not in from_gates
             }
             ladder = update_ladder(ladder, run_id, outcomes)
     save_ladder(paths.ladder, ladder)
@@ -763,6 +767,39 @@ def refresh_ladder(s: UnitSession) -> LadderRefresh:
     out = LadderRefresh(sources=tuple(sources))
     state.slow = replace(state.slow, ladder=out)
     return out  # the commit moves the progress to the next epoch (plan.advance)
+
+
+def served_from_gates(reader: RunLogReader, run_id: str) -> set[str]:
+    """The questions of ``run_id`` whose row was served at temperature 0 (``reuse/same_prompt``)
+    from a gate's rollout, directly or through rows that were served themselves: the anti-leak
+    rule keeps them out of the ladder as it keeps the gate runs (an audit found R serving the
+    accepting gate's candidate rows, which the ladder then folded in). At temperature 0 the plan
+    is uniform and the ladder orders nothing, so no decision changes; a run resumed at a fresh
+    temperature would order its gates by them."""
+    served: dict[tuple[str, str], str] = {}
+    for r in reader.query(
+        "SELECT run_id, question_id, detail FROM flags WHERE kind = ? AND name = 'same_prompt'",
+        [FLAG_REUSE],
+    ):
+        try:
+            source = json.loads(r["detail"] or "{}").get("from_run")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(source, str):
+            served[(str(r["run_id"]), str(r["question_id"]))] = source
+    out: set[str] = set()
+    for (run, qid), source in served.items():
+        seen: set[str] = {run}
+        while run == run_id and source not in seen:
+            if GATE_RUN_MARK in source:
+                out.add(qid)
+                break
+            seen.add(source)
+            nxt = served.get((source, qid))
+            if nxt is None:
+                break
+            source = nxt
+    return out
 
 
 SLOW_STEPS: tuple[Callable[[UnitSession], object], ...] = (
