@@ -6,10 +6,14 @@ Registered by :mod:`trm_assets.cli` as ``init_cmd``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from trm_assets.cli.support import WORKSPACE_OPTION, fail_on_trm_error
+
+if TYPE_CHECKING:
+    from trm_assets.agent.messages import SkillMode
 
 
 @click.command("init")
@@ -53,7 +57,8 @@ def init_cmd(
     cfg = load_config(config_path, overrides)
     # the data the workspace will train on (questions, a tree per video, pool sizes that fit),
     # checked before anything is archived: a workspace a later `trm train` refuses is no start
-    load_dataset(cfg)
+    data = load_dataset(cfg)
+    _check_skills_cover(data.task_types, cfg.skill_mode, seed_name, seeds_dir, prompts_dir)
     common = {"config_yaml": config_to_yaml(cfg), "config_fingerprint": cfg.fingerprint()}
     if seed_name is None:
         res = init_workspace(
@@ -73,3 +78,25 @@ def init_cmd(
         f"workspace {p.workspace}: skills {p.skills_version} ({n_skills} files), prompts "
         f"{p.prompts_version} ({n_prompts} files) from {origin}; questions {cfg.questions}"
     )
+
+
+def _check_skills_cover(
+    task_types: tuple[str, ...],
+    skill_mode: SkillMode,
+    seed_name: str | None,
+    seeds_dir: Path,
+    prompts_dir: Path | None,
+) -> None:
+    """Every task type of the data has the skill files its mode needs in what becomes ``v1``
+    (hostile pass: a type without a seed skill file passed init, and only `trm train` refused
+    the workspace). Checked before anything is created or archived."""
+    from trm_assets.agent.messages import active_skill_files
+    from trm_assets.harness.storage.versions import read_seed
+    from trm_assets.harness.storage.workspace import default_prompts_dir, read_prompt_set
+
+    if seed_name is not None:
+        skills = read_seed(seeds_dir, seed_name).skills
+    else:
+        skills = read_prompt_set(prompts_dir or default_prompts_dir())[0]
+    for task_type in task_types:
+        active_skill_files(task_type, skills, skill_mode)

@@ -239,6 +239,12 @@ def _duplicate_id(data: list[dict[str, Any]]) -> None:
     data[1]["questions"][0]["question_id"] = data[0]["questions"][0]["question_id"]
 
 
+def _type_variant(data: list[dict[str, Any]]) -> None:
+    """One question's type respelled ("Action Reasoning" → "action  reasoning"): one file."""
+    other = next(q["task_type"] for v in data for q in v["questions"] if " " in q["task_type"])
+    data[0]["questions"][0]["task_type"] = other.lower().replace(" ", "  ")
+
+
 # -- trees ---------------------------------------------------------------------------------------
 
 TREE = "A7w43e8nyxD.json"
@@ -430,6 +436,19 @@ def _hostile_prompt_set(env: Env) -> list[str]:
     return ["init", "--config", str(env.write_config()), "--prompts-dir", str(prompts)]
 
 
+def _init_type_without_skill(env: Env) -> list[str]:
+    """``trm init`` on data with a task type the prompt set has no skill file for: init passed,
+    and only `trm train` refused the workspace."""
+    data = env.questions()
+    old = data[0]["questions"][0]["task_type"]
+    for v in data:
+        for q in v["questions"]:
+            if q["task_type"] == old:
+                q["task_type"] = "Evil Type"
+    (env.data / "questions.json").write_text(json.dumps(data), encoding="utf-8")
+    return ["init", "--config", str(env.use_data_copy())]
+
+
 # -- hostile skill names and malformed edit JSON (guarded functions) ---------------------------
 
 
@@ -512,6 +531,26 @@ CASES: tuple[Case, ...] = (
         "questions-json-duplicate-id",
         _questions_json(_duplicate_id),
         ("questions.json", "question_id", "001-1"),
+    ),
+    Case(
+        "questions-json-task-type-no-letters",
+        _questions_json(_q(0, 0, task_type="!!!")),
+        ("questions.json", "task_type", "'!!!'", "skill file"),
+    ),
+    Case(
+        "questions-json-task-types-share-a-skill-file",
+        _questions_json(_type_variant),
+        ("questions.json", "task_type", "would share"),
+    ),
+    Case(
+        "questions-json-task-type-is-the-default-strategy",
+        _questions_json(_q(0, 0, task_type="Default Strategy")),
+        ("questions.json", "task_type", "default-strategy.md"),
+    ),
+    Case(
+        "init-task-type-without-a-skill-file",
+        _init_type_without_skill,
+        ("evil-type.md", "'Evil Type'"),
     ),
     Case("questions-json-not-a-list", _questions_text('{"a": 1}'), ("questions.json", "list")),
     Case(

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trm_assets.domain.errors import DataFormatError, describe_validation_error
-from trm_assets.domain.question import Question
+from trm_assets.domain.question import DEFAULT_SKILL_FILE, Question, skill_file_name
 
 MAX_PROBLEMS = 25
 QUESTION_SUFFIXES = (".json", ".parquet", ".csv")
@@ -292,7 +292,47 @@ def load_questions(path: str | Path) -> list[Question]:
         )
     if not qs:
         raise QuestionFormatError(str(p), None, None, "at least one question")
+    _check_skill_files(str(p), qs)
     return qs
+
+
+def _check_skill_files(source: str, qs: Sequence[Question]) -> None:
+    """Every task type names its own skill file (``skill_file_name``): a type without letters
+    or digits crashed ``trm train`` with a traceback after init; two types of one name ("Action
+    Reasoning", "action  reasoning") silently shared a file, one type's gates editing it while
+    the other's questions were never validated; a type named like the shared default strategy
+    overwrote it."""
+    files: dict[str, list[str]] = {}
+    for q in qs:
+        try:
+            name = skill_file_name(q.task_type)
+        except ValueError:
+            raise QuestionFormatError(
+                source,
+                f"question {q.question_id!r}",
+                "task_type",
+                f"a name with letters or digits (it names the type's skill file), got "
+                f"{q.task_type!r}",
+            ) from None
+        types = files.setdefault(name, [])
+        if q.task_type not in types:
+            types.append(q.task_type)
+    for name, types in sorted(files.items()):
+        if len(types) > 1:
+            raise QuestionFormatError(
+                source,
+                None,
+                "task_type",
+                f"task types that name distinct skill files: {sorted(types)} would share {name}",
+            )
+        if name == DEFAULT_SKILL_FILE:
+            raise QuestionFormatError(
+                source,
+                None,
+                "task_type",
+                f"a task type other than {types[0]!r} ({name} is the default strategy every "
+                "type reads)",
+            )
 
 
 def task_types_of(questions: Iterable[Question]) -> list[str]:
