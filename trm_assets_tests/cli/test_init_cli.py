@@ -43,8 +43,15 @@ def test_init_creates_v1_from_the_prompt_set(cwd: Path) -> None:
 
 
 def test_init_from_seed_and_errors(cwd: Path) -> None:
-    store.init_seed("seeds", "base", {"a.md": "x\n"}, {"p.md": "y\n"}, questions_ref="q.json")
+    repo = store.read_tree(default_prompts_dir())
+    skills = {n.split("/", 1)[1]: t for n, t in repo.items() if n.startswith("skills/")}
+    store.init_seed("seeds", "toy", {"a.md": "x\n"}, {"p.md": "y\n"}, questions_ref="q.json")
+    store.init_seed("seeds", "base", skills, {"p.md": "y\n"}, questions_ref="q.json")
     runner = CliRunner()
+    toy = runner.invoke(init_cmd, ["--workspace", "ws", "--config", "c.yaml", "--from-seed", "toy"])
+    # a seed without the data's skill files is no start (only `trm train` refused it)
+    assert toy.exit_code == 2 and "needs action-reasoning.md" in toy.output, toy.output
+    assert not Path("ws").exists()
     res = runner.invoke(
         init_cmd, ["--workspace", "ws", "--config", "c.yaml", "--from-seed", "base"]
     )
