@@ -201,7 +201,7 @@ def load_tree(path: str | Path) -> VideoTree:
     """Load and validate one tree JSON file."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark is not an error
     except OSError as e:
         raise TreeFormatError(str(p), None, None, f"a readable file ({e.strerror})") from None
     return parse_tree(TreeFormatError.decode_json(text, str(p)), str(p))

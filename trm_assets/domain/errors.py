@@ -53,6 +53,12 @@ class DataFormatError(TrmError, ValueError):
             raise cls(
                 source, f"line {e.lineno} column {e.colno}", None, f"valid JSON ({e.msg})"
             ) from None
+        except RecursionError:
+            raise cls(source, None, None, TOO_DEEP) from None
+
+
+#: What a JSON file nested deeper than the parser allows was expected to be.
+TOO_DEEP = "JSON nested less deeply (the parser's recursion limit was reached)"
 
 
 def describe_validation_error(

@@ -13,7 +13,7 @@ from trm_assets.domain.question import Question
 from trm_assets.harness.data.questions import (
     QUESTION_SUFFIXES,
     load_questions,
-    strip_trailing_commas,
+    loads_lenient,
 )
 
 # Files that live beside the data but are neither questions nor trees.
@@ -36,15 +36,16 @@ class CheckReport:
 def _classify_json(path: Path) -> str:
     """'tree' | 'questions' | 'unknown' by a cheap look at the top-level shape."""
     try:
-        head = path.read_text(encoding="utf-8").lstrip()[:1]
+        text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError):  # the loaders say what is wrong with the file
         return "unknown"
+    head = text.lstrip()[:1]
     if head == "[":
         return "questions"
     if head == "{":
         try:
-            data = json.loads(strip_trailing_commas(path.read_text(encoding="utf-8")))
-        except json.JSONDecodeError:
+            data = loads_lenient(text)
+        except (json.JSONDecodeError, RecursionError):
             return "tree"  # let the tree loader report the JSON error with its position
         if isinstance(data, dict) and "nodes" in data:
             return "tree"

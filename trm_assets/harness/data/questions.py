@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trm_assets.domain.errors import DataFormatError, describe_validation_error
+from trm_assets.domain.errors import TOO_DEEP, DataFormatError, describe_validation_error
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, Question, skill_file_name
 
 MAX_PROBLEMS = 25
@@ -32,7 +32,9 @@ _VIDEO_KEY_ALIASES: dict[str, tuple[str, ...]] = {
 _QUESTION_KEY_ALIASES: dict[str, tuple[str, ...]] = {"options": ("choices",)}
 # Keys of the official template that are not part of a question (model output, bookkeeping).
 _IGNORED_QUESTION_KEYS = {"response"}
-_STRING_OR_TRAILING_COMMA = re.compile(r'("(?:\\.|[^"\\])*")|,(\s*[\]}])')
+# a string (unrolled: one step per run of plain characters, not one per character, so a 50 MB
+# caption costs its size, not gigabytes of backtracking state), or a trailing comma
+_STRING_OR_TRAILING_COMMA = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")|,(\s*[\]}])')
 
 
 class QuestionFormatError(DataFormatError):
@@ -57,6 +59,16 @@ class QuestionSummary:
 def strip_trailing_commas(text: str) -> str:
     """Remove JSON trailing commas (``[1, 2,]``) without touching commas inside strings."""
     return _STRING_OR_TRAILING_COMMA.sub(lambda m: m.group(1) or m.group(2), text)
+
+
+def loads_lenient(text: str) -> Any:
+    """``json.loads``, tolerating trailing commas (only a file that needs it pays for the
+    rewrite). Raises ``json.JSONDecodeError``, or ``RecursionError`` for nesting deeper than the
+    parser allows."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return json.loads(strip_trailing_commas(text))
 
 
 class _Collector:
@@ -148,17 +160,19 @@ def _row_record(row: Mapping[str, Any]) -> dict[str, Any]:
 def load_questions_json(path: Path) -> list[Question]:
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not an error
     except OSError as e:
         raise QuestionFormatError(source, None, None, f"a readable file ({e.strerror})") from None
     except UnicodeDecodeError as e:
         raise QuestionFormatError(source, f"byte {e.start}", None, "UTF-8 text") from None
     try:
-        data = json.loads(strip_trailing_commas(text))
+        data = loads_lenient(text)
     except json.JSONDecodeError as e:
         raise QuestionFormatError(
             source, f"line {e.lineno} column {e.colno}", None, f"valid JSON ({e.msg})"
         ) from None
+    except RecursionError:
+        raise QuestionFormatError(source, None, None, TOO_DEEP) from None
     if isinstance(data, dict) and isinstance(data.get("videos"), list):
         data = data["videos"]
     if not isinstance(data, list):
@@ -223,7 +237,7 @@ def load_questions_csv(path: Path) -> list[Question]:
     col = _Collector(source)
     out: list[Question] = []
     try:
-        with path.open(encoding="utf-8", newline="") as fh:
+        with path.open(encoding="utf-8-sig", newline="") as fh:  # Excel writes a BOM
             reader = csv.DictReader(fh)
             missing = {"question_id", "task_type", "options", "answer"} - set(
                 reader.fieldnames or []
