@@ -239,6 +239,13 @@ def _duplicate_id(data: list[dict[str, Any]]) -> None:
     data[1]["questions"][0]["question_id"] = data[0]["questions"][0]["question_id"]
 
 
+def _other_answer(data: list[dict[str, Any]]) -> None:
+    """A valid file whose first question's answer is another letter: not the data the pools
+    were frozen on (resume accepted it, and one question had two truths in one workspace)."""
+    q = data[0]["questions"][0]
+    q["answer"] = "B" if q["answer"] == "A" else "A"
+
+
 def _type_variant(data: list[dict[str, Any]]) -> None:
     """One question's type respelled ("Action Reasoning" → "action  reasoning"): one file."""
     other = next(q["task_type"] for v in data for q in v["questions"] if " " in q["task_type"])
@@ -551,6 +558,11 @@ CASES: tuple[Case, ...] = (
         "init-task-type-without-a-skill-file",
         _init_type_without_skill,
         ("evil-type.md", "'Evil Type'"),
+    ),
+    Case(
+        "questions-changed-since-the-pools-were-frozen",
+        _questions_json(_other_answer),
+        ("pools.json", "questions_digest", "has changed since", "trm init"),
     ),
     Case("questions-json-not-a-list", _questions_text('{"a": 1}'), ("questions.json", "list")),
     Case(

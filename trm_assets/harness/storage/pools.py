@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -42,20 +44,49 @@ def build_or_load_pools(
     """Reuse ``path`` when it exists (refusing an old/invalid format or unknown ids), else split
     and write it atomically."""
     if path is not None and path.exists():
-        return load_pools(path, questions)
+        return load_pools(path, questions, source=cfg.questions)
     pools = build_pools(cfg, questions)
     if path is not None:
-        atomic_write_json(path, pools_to_dict(pools))
+        atomic_write_json(
+            path, {**pools_to_dict(pools), QUESTIONS_DIGEST: questions_digest(questions)}
+        )
     return pools
 
 
-def load_pools(path: Path, questions: tuple[Question, ...]) -> Pools:
-    """A workspace's ``pools.json``, read only (refusing an old/invalid format or unknown ids)."""
+#: ``pools.json``'s record of the questions the pools were frozen on (absent in older files).
+QUESTIONS_DIGEST = "questions_digest"
+
+
+def questions_digest(questions: tuple[Question, ...]) -> str:
+    """What the workspace trains on, as one hash: every question's fields but its ``url``, by
+    id. A resume on other data (an answer, a task type, a text changed) is refused by it."""
+    rows = sorted(
+        (q.model_dump(mode="json", exclude={"url"}) for q in questions),
+        key=lambda r: str(r["question_id"]),
+    )
+    blob = json.dumps(rows, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_pools(path: Path, questions: tuple[Question, ...], *, source: str | None = None) -> Pools:
+    """A workspace's ``pools.json``, read only (refusing an old/invalid format or unknown ids,
+    and questions other than those the pools were frozen on)."""
     data = read_json_object(path)
     if data is None:
         raise DataFormatError(str(path), None, None, "an existing pools file")
     pools = pools_from_dict(data, str(path))
     check_pools_cover(pools, questions)
+    frozen = data.get(QUESTIONS_DIGEST)
+    if isinstance(frozen, str) and frozen != questions_digest(questions):
+        raise DataFormatError(
+            str(path),
+            None,
+            QUESTIONS_DIGEST,
+            f"the questions the pools were frozen on; {source or 'the questions file'} has "
+            "changed since (an answer, a task type, a question or an option text): a workspace "
+            "trains and reports on one dataset — restore the file, or `trm init` a new "
+            "workspace for the new data",
+        )
     return pools
 
 
