@@ -112,6 +112,8 @@ def train_cmd(
                 "continue it, or `trm init` a new workspace to start over"
             )
         if resume and (done := finished(paths.state, cfg)) is not None:
+            if not no_dagster:  # what a kill left in the instance: lost runs, unpublished units
+                _settle_dagster(workspace, config_path, (*overrides, *extra))
             click.echo(f"{done}; report: trm report --workspace {workspace}")
             return
         progress_reporter()  # a bad TRM_PROGRESS_EVERY_S is an error on either path
@@ -170,6 +172,24 @@ def _train_through_dagster(workspace: Path, config_path: Path, overrides: tuple[
     click.echo(f"{summary.last.describe()}: {summary.runs} Dagster run(s)")
     click.echo(f"report: trm report --workspace {workspace}")
     click.echo(f"UI:     make ui → Catalog → folder {summary.experiment} (DAGSTER_HOME={home})")
+
+
+def _settle_dagster(workspace: Path, config_path: Path, overrides: tuple[str, ...]) -> None:
+    """A finished workspace's Dagster record after a kill: its runs left in progress are marked
+    failed and its unpublished partitions published (hostile pass: a kill right after finalize's
+    checkpoint left the finalize run STARTED for good; one after a slow update's, ``epoch_eval``
+    unpublished). Says nothing when there is nothing to settle."""
+    import dagster as dg
+
+    from trm_assets.defs.driver import drive, ensure_dagster_home
+    from trm_assets.defs.resources import TrmResource
+
+    ensure_dagster_home()
+    trm = TrmResource(
+        workspace=str(workspace), config_path=str(config_path), overrides=list(overrides)
+    )
+    with dg.DagsterInstance.get() as instance:
+        drive(trm, instance, echo=click.echo)
 
 
 # ------------------------------------------------------------------------------------------------

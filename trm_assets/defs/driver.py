@@ -9,6 +9,7 @@ so the UI's code location serves it.
 
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -27,8 +28,10 @@ from trm_assets.defs.partitions import ensure_partitions, epoch_key, epoch_step_
 from trm_assets.defs.resources import LLMResource, llm_resources
 from trm_assets.defs.sensors import HOST_TAG, PID_TAG, UNIT_TAG, dagster_unit, fail_lost_runs
 from trm_assets.domain.errors import TrmError
-from trm_assets.harness.loop.plan import Action
-from trm_assets.harness.loop.units import unit_key
+from trm_assets.harness.loop.plan import N_SLOW_STEPS, Action
+from trm_assets.harness.loop.units import status_against, unit_key
+from trm_assets.harness.reports.lineage import load_state_dict
+from trm_assets.harness.storage.workspace import RUN_BASE, manifest_path, read_manifest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DAGSTER_HOME = PROJECT_ROOT / "dagster_home"
@@ -216,7 +219,7 @@ def drive(
             "gone: marked failed"
         )
     executor = Executor(exp, instance, resources or llm_resources())
-    run_ids: list[str] = []
+    run_ids: list[str] = catch_up(executor, say)
     action = planned_action(exp)
     while action.kind != "done" and (max_runs is None or len(run_ids) < max_runs):
         unit = dagster_unit(action)
@@ -239,6 +242,73 @@ def drive(
         say(f"  [{what}: dagster run {run_id[:8]}, {time.monotonic() - t0:.1f}s]")
         action = planned_action(exp)
     return DriveSummary(len(run_ids), action, tuple(run_ids), exp.name)
+
+
+_STEP_RUN: Final = re.compile(rf"^{RUN_BASE}_e(\d+)_s(\d+)$")
+
+
+def unpublished(executor: Executor) -> list[Action]:
+    """Units whose checkpoint landed but whose partition was never materialized: a kill between
+    a unit's checkpoint and its run's events (hostile pass: ``epoch_eval`` e0 and
+    ``step_results`` e0|s1 were gone for good — the resume moved on, the plot and the lineage
+    lost them). A step ran when its batch run is in the manifest; an epoch ended when it is in
+    the checkpoint's history."""
+    exp, instance = executor.experiment, executor.instance
+    keys = executor.built.scope.keys
+    ws = exp.workspace_dir()
+    if not manifest_path(ws).is_file():
+        return []
+    steps = sorted(
+        (int(m.group(1)), int(m.group(2)))
+        for r in read_manifest(ws).history
+        if (m := _STEP_RUN.match(r.run_id))
+    )
+    epochs = sorted({int(h["epoch"]) for h in (load_state_dict(ws) or {}).get("history", [])})
+
+    def published(key: dg.AssetKey, partition: str) -> bool:
+        return bool(
+            instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+            ).records
+        )
+
+    # only units wholly behind the planner: a unit it has not finished is its next run's work
+    nxt, cfg = planned_action(exp), exp.run_config()
+
+    def done(unit: Action) -> bool:
+        return status_against(unit, nxt, cfg) == "done"
+
+    out = [
+        Action("step", epoch=e, step=st)
+        for e, st in steps
+        if done(Action("step", epoch=e, step=st))
+        and not published(keys.step_results, epoch_step_key(e, st))
+    ]
+    out += [
+        Action("slow_update", epoch=e, slow_step=1)
+        for e in epochs
+        if done(Action("slow_update", epoch=e, slow_step=N_SLOW_STEPS))
+        and not published(keys.epoch_eval, epoch_key(e))
+    ]
+    return out
+
+
+def catch_up(executor: Executor, say: Echo) -> list[str]:
+    """Materialize what a kill left unpublished (:func:`unpublished`): the unit's job runs again
+    for its partition, every unit in it has run already (nothing is re-run or re-decided), and
+    its ops publish the partition from the records. Returns the runs' ids."""
+    run_ids = []
+    for action in unpublished(executor):
+        run_id = executor.execute(action)
+        run_ids.append(run_id)
+        what = dagster_unit(action).describe()
+        if action.kind == "slow_update":
+            what = f"epoch {action.epoch} (epoch_eval, holdout_report)"
+        say(
+            f"  [published {what}, left unpublished by an interrupted run: dagster run "
+            f"{run_id[:8]}]"
+        )
+    return run_ids
 
 
 def _live(shown: list[str], say: Echo) -> Echo:

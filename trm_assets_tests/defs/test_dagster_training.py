@@ -875,3 +875,101 @@ def test_a_step_partition_past_steps_per_epoch_says_so(trained: Trained, tmp_pat
         f"s{steps - 1}); nothing to materialize",
         "e0|x9": "partition key 'x9': expected s<number>, e.g. s0",
     }
+
+
+def test_units_a_kill_left_unpublished_are_published_on_resume(
+    trained: Trained, tmp_path: Path
+) -> None:
+    """Hostile pass: a kill between a unit's checkpoint and its run's events lost the unit's
+    partition for good (`epoch_eval` e0, `step_results` e0|s1: the resume moved on). Here the
+    units run outside Dagster — their checkpoints land, no event is written, as after such a
+    kill — and the next drive publishes exactly those partitions, re-running nothing, with the
+    values of the records."""
+    from trm_assets.defs.ops import planned_action
+    from trm_assets.harness.loop.context import loop_context
+    from trm_assets.harness.loop.runner import train
+    from trm_assets.llm.factory import build_providers
+
+    two_steps = write_config(tmp_path, "two", "epochs=1", "steps_per_epoch=2")
+    exp = Experiment(workspace=str(new_workspace(tmp_path / "ws")), config_path=str(two_steps))
+    ws = exp.workspace_dir()
+    cfg = exp.run_config()
+    with dg.instance_for_test() as instance:
+        drive(exp, instance, max_runs=1)  # init and step 0, through Dagster
+        with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+            # epoch 0's whole slow update, with no event (its 10th unit, the ladder's refresh,
+            # comes after the epoch's report); the planner moves on to epoch 1
+            while planned_action(exp).epoch == 0:  # step 1 too
+                train(ctx, max_units=1)
+            assert epoch_summary(ws, 0) is not None
+        rows_before = _run_log_rows(ws)
+        assert not instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key(exp, "epoch_eval"), asset_partitions=["e0"]),
+            limit=1,
+        ).records
+        lines: list[str] = []
+        summary = drive(exp, instance, echo=lines.append, max_runs=0)
+        assert len(summary.run_ids) == 2  # step 1 and the epoch; step 0 had its own run
+        assert any("published step (epoch 0, step 1)" in ln for ln in lines), lines
+        assert any("published epoch 0 (epoch_eval, holdout_report)" in ln for ln in lines), lines
+        step = latest(instance, key(exp, "step_results"), epoch_step_key(0, 1)).metadata
+        assert step["rollout_run_id"].value == "train_e0_s1"
+        assert len(history(instance, key(exp, "step_results"), epoch_step_key(0, 0))) == 1
+        md = latest(instance, key(exp, "epoch_eval"), "e0").metadata
+        want_run = evaluated_run(ws, 0)
+        acc, _ = run_accuracy(ws, want_run)
+        assert md["val_run_id"].value == want_run
+        assert acc is not None and abs(md["val_accuracy"].value - acc) < 1e-9
+        latest(instance, key(exp, "holdout_report"), "e0")
+        assert _run_log_rows(ws) == rows_before  # nothing re-ran
+        again = drive(exp, instance, max_runs=0)
+        assert again.run_ids == ()  # nothing left to publish
+
+
+def _run_log_rows(ws: Path) -> tuple[Any, ...]:
+    with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
+        return tuple(
+            con.execute(f"SELECT count(*) FROM {t}").fetchone() for t in ("runs", "predictions")
+        )
+
+
+def test_a_resume_of_a_finished_workspace_settles_its_lost_runs(
+    trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile pass: a kill right after finalize's checkpoint left the finalize run STARTED for
+    good — `trm train --resume` said "nothing to do" before the driver could fail it."""
+    import os
+    import socket
+
+    from click.testing import CliRunner
+    from dagster._core.storage.dagster_run import DagsterRun
+    from dagster._core.utils import make_new_run_id
+
+    from trm_assets.cli.train import train_cmd
+    from trm_assets.defs.recording import run_tags
+    from trm_assets.defs.sensors import HOST_TAG, LOST_TAG, PID_TAG
+
+    home, exp = _isolated_copy(trained, trained.small, tmp_path)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid nothing runs under any more
+    lost = DagsterRun(
+        job_name=f"{exp.name}__finalize",
+        run_id=make_new_run_id(),
+        status=dg.DagsterRunStatus.STARTED,
+        tags={**run_tags(exp), PID_TAG: str(gone.pid), HOST_TAG: socket.gethostname()},
+    )
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_run(lost)
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    res = CliRunner().invoke(
+        train_cmd,
+        ["--workspace", exp.workspace, "--config", exp.config_path, "--resume"],
+        env={"DAGSTER_HOME": str(home), **{k: v for k, v in os.environ.items() if k == "PATH"}},
+    )
+    assert res.exit_code == 0, res.output
+    assert f"run {lost.run_id[:8]} ({lost.job_name}) was left in progress" in res.output
+    assert "finalized" in res.output and "published" not in res.output  # nothing unpublished
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        after = instance.get_run_by_id(lost.run_id)
+    assert after is not None and after.status == dg.DagsterRunStatus.FAILURE
+    assert after.tags[LOST_TAG] == "true"
