@@ -9,9 +9,10 @@ otherwise "no edit" (never a crash; an ``InfraError`` propagates as infra) → t
 The protected momentum block travels inside the current text; the template tells the model not to
 touch it and ``apply_edits`` refuses any edit that would (``conflict`` in the apply report).
 
-The rejected buffer shows the model only entries tagged ``verified_harmful`` (REJECT_HARM), each
-phrased as a "do not" line: the other rejections were not shown to hurt, and listing them would
-forbid edits that may simply have been unlucky (GATE §4.3).
+The rejected buffer shows the model every rejected edit of the file with its verdict
+(:func:`render_rejected`, issue 15): verified-harmful ones first as "do not" lines, the others as
+"already tested, not shown to help" — showing only REJECT_HARM let every other rejection be
+proposed and re-tested again, one more α-level chance each time.
 """
 
 from __future__ import annotations

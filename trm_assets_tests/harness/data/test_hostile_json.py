@@ -74,10 +74,13 @@ def test_nesting_deeper_than_the_parser_allows_is_a_located_error(tmp_path: Path
 def test_the_trailing_comma_rewrite_of_a_long_string_costs_its_size() -> None:
     text = '{"a": "' + "x" * 5_000_000 + '", "b": [1, 2,],}'
     assert strip_trailing_commas(text) == '{"a": "' + "x" * 5_000_000 + '", "b": [1, 2]}'
+    # the peak of the child's own memory (VmHWM starts afresh at exec; ru_maxrss keeps the
+    # forked pytest worker's, ≈ 500 MB under xdist)
     probe = (
-        "import resource, sys; from trm_assets.harness.data.questions import "
-        "strip_trailing_commas as s; s('{\"a\": \"' + 'x' * 5_000_000 + '\",}'); "
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)"
+        "from trm_assets.harness.data.questions import strip_trailing_commas as s; "
+        "s('{\"a\": \"' + 'x' * 5_000_000 + '\",}'); "
+        "print(next(int(ln.split()[1]) // 1024 for ln in open('/proc/self/status') "
+        "if ln.startswith('VmHWM:')))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
