@@ -148,7 +148,15 @@ def _failure_detail(result: dg.ExecuteInProcessResult) -> str:
     return f": {text.strip()}" if text else ""
 
 
-_INTERRUPTS: Final = ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
+#: What an interrupt looks like in a failed run: Dagster's own, Python's, and DuckDB's (a Ctrl-C
+#: that lands inside a run-log query surfaces as "RuntimeError: Query interrupted", which a
+#: hostile pass saw reported as a failure "to fix", exit 2).
+_INTERRUPTS: Final = (
+    "DagsterExecutionInterruptedError",
+    "KeyboardInterrupt",
+    "Query interrupted",
+    "InterruptException",
+)
 
 
 def _interrupted(result: dg.ExecuteInProcessResult) -> bool:

@@ -63,6 +63,10 @@ def test_an_interrupted_run_is_told_from_a_failed_one() -> None:
         cls_name="DagsterExecutionInterruptedError",
     )
     assert _interrupted(result(_info("wrapper\n", interrupt)))  # type: ignore[arg-type]
+    duckdb_ctrl_c = SerializableErrorInfo(
+        message="RuntimeError: Query interrupted\n", stack=[], cls_name="RuntimeError"
+    )
+    assert _interrupted(result(_info("wrapper\n", duckdb_ctrl_c)))  # type: ignore[arg-type]
     assert not _interrupted(result(_info("trm_assets.x.IntegrityError: bad\n")))  # type: ignore[arg-type]
     assert not _interrupted(result())  # type: ignore[arg-type]
 
