@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from trm_assets.domain.errors import DataFormatError, TrmError
 
@@ -37,12 +37,18 @@ class StorageWriteError(TrmError, OSError):
         self.errno = code
 
 
+#: What to do after a write failed mid-training (``trm init`` says its own: it keeps nothing).
+RESUME_ADVICE: Final = (
+    "resume (`trm train --resume`): the unit of work restarts from its last checkpoint"
+)
+
+
 def storage_error(path: str | Path, e: OSError, what: str = "cannot write") -> StorageWriteError:
     """A human error for an ``OSError`` while writing ``path``."""
     if e.errno in DISK_FULL:
         return StorageWriteError(
-            f"{path}: {what}: disk full ({e.strerror}); free space on that disk, then resume "
-            "(`trm train --resume`): the unit of work restarts from its last checkpoint",
+            f"{path}: {what}: disk full ({e.strerror}); free space on that disk, then "
+            f"{RESUME_ADVICE}",
             code=e.errno,
         )
     return StorageWriteError(f"{path}: {what} ({e.strerror or e})", code=e.errno)

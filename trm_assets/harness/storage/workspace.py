@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +39,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trm_assets.domain.edits import resolve_skill_file
 from trm_assets.domain.errors import TrmError
-from trm_assets.harness.storage.atomic import atomic_write_json, atomic_write_text, file_identity
+from trm_assets.harness.storage.atomic import (
+    RESUME_ADVICE,
+    StorageWriteError,
+    atomic_write_json,
+    atomic_write_text,
+    file_identity,
+)
 from trm_assets.harness.storage.lock import LOCK_FILE, workspace_lock
 from trm_assets.harness.storage.runlog import MissingRunLogError, RunLog
 from trm_assets.harness.storage.versions import (
@@ -642,9 +649,31 @@ def _create(workspace: Path, new: _NewWorkspace) -> InitResult:
     with workspace_lock(workspace, command=INIT_COMMAND, create=True):
         archived = _archive_existing(workspace)
         if archived is None:
-            return InitResult(_write_new(workspace, new), None)
+            return InitResult(_write_new_or_nothing(workspace, new), None)
     with workspace_lock(workspace, command=INIT_COMMAND, create=True):
-        return InitResult(_write_new(workspace, new), archived)
+        return InitResult(_write_new_or_nothing(workspace, new), archived)
+
+
+def _write_new_or_nothing(workspace: Path, new: _NewWorkspace) -> ResolvedPaths:
+    """:func:`_write_new`, or nothing: on any failure (a full disk) what it wrote is removed,
+    so `trm init` can simply run again (hostile pass: the leftovers made the directory "not
+    empty and not a workspace", and the message said `trm train --resume`). Everything in the
+    directory but its lock is this init's: the target was empty, or moved aside."""
+    try:
+        return _write_new(workspace, new)
+    except BaseException as e:
+        for p in workspace.iterdir():
+            if p.name != LOCK_FILE:
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+        if isinstance(e, StorageWriteError):
+            raise StorageWriteError(
+                str(e).replace(RESUME_ADVICE, "run `trm init` again (it kept nothing)"),
+                code=e.errno,
+            ) from None
+        raise
 
 
 def _write_new(workspace: Path, new: _NewWorkspace) -> ResolvedPaths:

@@ -177,3 +177,37 @@ def test_manifest_missing_key_is_corruption(ws: Path) -> None:
     (ws / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(WorkspaceError, match=r"invalid manifest .*'history': required"):
         read_manifest(ws)
+
+
+@pytest.mark.parametrize("archive", [False, True], ids=["new", "over-a-workspace"])
+def test_an_init_that_fails_keeps_nothing_and_can_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, archive: bool
+) -> None:
+    """Hostile pass (a full tmpfs): init wrote the skills store, then failed on the prompts;
+    its leftovers made the directory "not empty and not a workspace" for the next init, and the
+    message said to run `trm train --resume`."""
+    import errno
+
+    from trm_assets.harness.storage.atomic import StorageWriteError, storage_error
+
+    monkeypatch.chdir(tmp_path)
+    Path("q.json").write_text("[]")
+    prompts = _prompt_set(tmp_path / "p")
+    target = tmp_path / "ws"
+    if archive:
+        init_workspace(target, questions_ref="q.json", prompts_dir=prompts)
+    real = workspace.write_manifest
+
+    def full_disk(*a: object, **k: object) -> None:
+        raise storage_error(target / "manifest.json", OSError(errno.ENOSPC, "No space left"))
+
+    monkeypatch.setattr(workspace, "write_manifest", full_disk)
+    with pytest.raises(StorageWriteError) as err:
+        init_workspace(target, questions_ref="q.json", prompts_dir=prompts)
+    assert "run `trm init` again" in str(err.value) and "--resume" not in str(err.value)
+    assert {p.name for p in target.iterdir()} <= {".trm.lock"}  # nothing of the failed init
+    monkeypatch.setattr(workspace, "write_manifest", real)
+    res = init_workspace(target, questions_ref="q.json", prompts_dir=prompts)
+    assert read_manifest(target).current.skills == "v1" and res.paths.skills_version == "v1"
+    if archive:  # the first workspace was moved aside before the failure, intact
+        assert read_manifest(tmp_path / "ws.archive-1").current.skills == "v1"
