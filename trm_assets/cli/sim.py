@@ -182,7 +182,7 @@ def serve(
 ) -> None:
     """Serve the SIMULATED model as an OpenAI-compatible API (/v1/chat/completions, /v1/models)."""
     from trm_assets.llm.sim.provider import SimulatedProvider
-    from trm_assets.llm.sim.server import ServeOptions, SimServer
+    from trm_assets.llm.sim.server import ServeOptions, SimServer, is_loopback
     from trm_assets.llm.sim.world import load_world
 
     config = _sim_config(
@@ -209,9 +209,10 @@ def serve(
             log_requests=log_requests,
         ),
     )
-    if host not in ("127.0.0.1", "localhost", "::1"):
+    if not is_loopback(host):
+        where = repr(host) if host else "every interface ('')"
         click.echo(
-            f"warning: binding {host}: the simulated server is reachable beyond this machine",
+            f"warning: binding {where}: the simulated server is reachable beyond this machine",
             err=True,
         )
     click.echo(

@@ -12,7 +12,9 @@ The agent honours the body's ``temperature`` (0–2); a body without one is deco
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
+import socket
 import sys
 import threading
 import time
@@ -160,6 +162,33 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(200, reply_payload(resp, request, created=int(time.time())))
 
 
+class _ThreadingHTTPServerV6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def _server_class(host: str) -> type[ThreadingHTTPServer]:
+    """IPv4 unless ``host`` is an IPv6 address (``::1`` failed: "address family for hostname
+    not supported")."""
+    return _ThreadingHTTPServerV6 if ":" in host else ThreadingHTTPServer
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the server on this machine: every address it resolves to
+    is a loopback one (``127.1``, ``LOCALHOST`` were called "reachable beyond this machine";
+    ``""`` binds every interface)."""
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+
+
 class SimServer:
     """A running (or startable) sim server. Use :meth:`start` for a background thread (tests)."""
 
@@ -173,7 +202,7 @@ class SimServer:
         self.provider = provider
         self.options = options or ServeOptions()
         self.attempts = AttemptCounter()
-        self.httpd = ThreadingHTTPServer((host, port), _Handler)
+        self.httpd = _server_class(host)((host, port), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.sim = self  # type: ignore[attr-defined]
         self._thread: threading.Thread | None = None
@@ -188,7 +217,8 @@ class SimServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal
+        return f"http://{host}:{self.port}/v1"
 
     def serve_forever(self) -> None:
         self.httpd.serve_forever(poll_interval=0.2)

@@ -199,3 +199,19 @@ def test_the_served_name_follows_the_answers_not_the_timing() -> None:
         assert served_model_name(other) != served_model_name(world)
     # temperature_scale at 0 names the world it always named (the identity before the knob)
     assert served_model_name(SimConfig(temperature_scale=0.0)) == served_model_name(SimConfig())
+
+
+def test_what_counts_as_loopback_and_ipv6_binds(smoke_world: SimWorld) -> None:
+    """Hostile pass: `--host ::1` failed ("address family for hostname not supported", an
+    IPv4-only server), `LOCALHOST` and `127.1` were warned about as reachable beyond this
+    machine, and `''` (every interface) printed "binding :"."""
+    from trm_assets.llm.sim.server import is_loopback
+
+    for host in ("127.0.0.1", "127.1", "localhost", "LOCALHOST", "::1", "127.0.0.2"):
+        assert is_loopback(host), host
+    for host in ("", "0.0.0.0", "::", "10.1.2.3", "no-such-host.invalid"):
+        assert not is_loopback(host), host
+    with SimServer(SimulatedProvider(smoke_world, inject_faults=False), host="::1") as s:
+        assert s.base_url.startswith("http://[::1]:")
+        with urllib.request.urlopen(f"{s.base_url}/models", timeout=5) as r:
+            assert json.loads(r.read())["data"]
