@@ -45,8 +45,9 @@ def _train_against_a_dead_endpoint(ws: Path, config: Path) -> subprocess.Complet
 
 def test_an_outage_fails_the_run_and_leaves_it_resumable(tmp_path: Path) -> None:
     cfg = tiny_config(
-        "llm_provider=openai", "agent_model=m", "evolve_model=m", "ground_truth=", "gate_passes=1"
-    )
+        "llm_provider=openai", "agent_model=m", "evolve_model=m", "ground_truth=", "gate_passes=1",
+        "val_size=48", "concurrency=1",
+    )  # fmt: skip
     ws = new_workspace(tmp_path / "ws", cfg)
     proc = _train_against_a_dead_endpoint(ws, ws / "config.yaml")
     assert proc.returncode != 0, proc.stdout + proc.stderr
@@ -56,9 +57,10 @@ def test_an_outage_fails_the_run_and_leaves_it_resumable(tmp_path: Path) -> None
     assert "early_stopped" not in proc.stdout and "delivered best" not in proc.stdout
     state = ws / "state.json"
     assert not state.exists() or not json.loads(state.read_text())["finalized"]
-    # init's 24 rollouts were given up after 20 failed in a row, not at the barrier's end (a
-    # hanging server costs each rollout its timeout and retries: hours for a real pool)
-    assert "20 rollouts in a row (the barrier was given up before its end)" in proc.stderr
+    # init's 48 rollouts were given up after 24 failed in a row (the window's 20 beyond the 4
+    # in flight), not at the barrier's end (a hanging server costs each rollout its timeout and
+    # retries: hours for a real pool)
+    assert "24 rollouts in a row (the barrier was given up before its end)" in proc.stderr
     from trm_assets.harness.storage.runlog import RunLogReader
 
     with RunLogReader.open(ws / "runs.duckdb") as r:
@@ -67,7 +69,7 @@ def test_an_outage_fails_the_run_and_leaves_it_resumable(tmp_path: Path) -> None
             "SELECT count(*) AS n FROM predictions WHERE failure_kind = 'infra' "
             "AND error NOT LIKE 'aborted%'"
         )[0]["n"]
-    assert run == {"run_id": "train_init", "status": "failed"} and ended == 20
+    assert run == {"run_id": "train_init", "status": "outage"} and ended == 24
 
 
 def test_a_small_unit_of_an_unreachable_endpoint_is_not_a_result(tmp_path: Path) -> None:
@@ -215,31 +217,35 @@ def test_an_eval_during_an_outage_is_not_reused_nor_promoted(tmp_path: Path) -> 
 
 
 def test_a_barrier_is_given_up_on_a_streak_of_lost_rollouts_only() -> None:
-    """The in-barrier rule is a streak: an endpoint that still answers now and then breaks it
-    (the first rollouts to end are not a sample of the barrier), and the simulated world, whose
-    faults recur at each resume, is never given up on mid-barrier."""
+    """The in-barrier rule is a streak beyond the rollouts in flight: an endpoint that still
+    answers now and then breaks it (the first rollouts to end are not a sample of the barrier);
+    a blip that fails every rollout in flight at once does not stop a healthy endpoint (review:
+    300 answered, 20 lost, 280 answered was given up at 320 of 600); and the simulated world,
+    whose faults recur at each resume, is never given up on mid-barrier."""
     from types import MethodType, SimpleNamespace
 
     from trm_assets.harness.loop.context import InfraOutage, LoopContext
 
-    def watcher(simulated: bool) -> Any:
-        fake: Any = SimpleNamespace(
-            cfg=tiny_config(), providers=SimpleNamespace(simulated=simulated)
-        )
+    def watcher(simulated: bool, concurrency: int) -> Any:
+        cfg = tiny_config(f"concurrency={concurrency}")
+        fake: Any = SimpleNamespace(cfg=cfg, providers=SimpleNamespace(simulated=simulated))
         fake._outage = MethodType(LoopContext._outage, fake)
         return LoopContext._outage_streak(fake, "train_e0_s0_R", "slow_R")
 
     lost = SimpleNamespace(failure_kind="infra", error="infra: timeout: no reply")
     answered = SimpleNamespace(failure_kind=None, error=None)
     assert tiny_config().infra_outage_window == 20
-    watch = watcher(False)
-    for p in [lost] * 19 + [answered] + [lost] * 19:
-        watch(p)  # never 20 in a row
+    blip = watcher(False, 8)  # 20 + 8 × 4 in flight = 52 in a row
+    for p in [answered] * 300 + [lost] * 20 + [answered] * 280:
+        blip(p)
+    watch = watcher(False, 4)  # 20 + 4 × 4 = 36 in a row
+    for p in [lost] * 35 + [answered] + [lost] * 35:
+        watch(p)  # never 36 in a row
     try:
         watch(lost)
     except InfraOutage as e:
-        assert str(e).startswith("20 rollouts in a row (the barrier was given up before its end)")
+        assert str(e).startswith("36 rollouts in a row (the barrier was given up before its end)")
         assert "run train_e0_s0_R" in str(e) and "infra: timeout: no reply" in str(e)
     else:
-        raise AssertionError("twenty lost rollouts in a row did not stop the barrier")
-    assert watcher(True) is None
+        raise AssertionError("36 lost rollouts in a row did not stop the barrier")
+    assert watcher(True, 4) is None

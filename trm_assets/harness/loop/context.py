@@ -40,6 +40,7 @@ from trm_assets.harness.data.dataset import Dataset, load_dataset
 from trm_assets.harness.loop.observer import LoopObserver
 from trm_assets.harness.loop.rollouts import (
     FAILURE_INFRA,
+    ROLLOUTS_PER_SLOT,
     InferenceProgress,
     InferenceResult,
     Prediction,
@@ -332,33 +333,38 @@ class LoopContext:
             if kind in REUSE_KINDS or is_eval_command_kind(kind)
             else {}
         )
-        result = await overlapped(
-            run_inference(
-                specs,
-                llm=self.providers.agent,
-                tools=self.toolbox,
-                log=self.log,
-                run_id=run_id,
-                concurrency=cfg.concurrency,
-                max_steps=cfg.max_agent_steps,
-                skill_mode=cfg.skill_mode,
-                skills=skills,
-                prompts=self.agent_prompts(prompts_version),
-                temperature=cfg.effective_agent_temperature(),
-                run_kind=kind,
-                skills_version=skills_version,
-                prompts_version=prompts_version,
-                questions_ref=self.dataset.questions_ref,
-                progress=self._on_rollouts if self.observers else None,
-                heartbeat_s=HEARTBEAT_S,
-                reuse=reuse,
-                run_meta={"decoding": self.decoding_hash(), "prompt_keys": keys},
-                start_order=self._longest_first(specs),
-                write_behind=self.after_next_launch,
-                on_rollout=self._outage_streak(run_id, kind),
-            ),
-            self.drain_later,
-        )
+        try:
+            result = await overlapped(
+                run_inference(
+                    specs,
+                    llm=self.providers.agent,
+                    tools=self.toolbox,
+                    log=self.log,
+                    run_id=run_id,
+                    concurrency=cfg.concurrency,
+                    max_steps=cfg.max_agent_steps,
+                    skill_mode=cfg.skill_mode,
+                    skills=skills,
+                    prompts=self.agent_prompts(prompts_version),
+                    temperature=cfg.effective_agent_temperature(),
+                    run_kind=kind,
+                    skills_version=skills_version,
+                    prompts_version=prompts_version,
+                    questions_ref=self.dataset.questions_ref,
+                    progress=self._on_rollouts if self.observers else None,
+                    heartbeat_s=HEARTBEAT_S,
+                    reuse=reuse,
+                    run_meta={"decoding": self.decoding_hash(), "prompt_keys": keys},
+                    start_order=self._longest_first(specs),
+                    write_behind=self.after_next_launch,
+                    on_rollout=self._outage_streak(run_id, kind),
+                ),
+                self.drain_later,
+            )
+        except InfraOutage:  # given up mid-barrier (the streak): the run says so, as below
+            if self._log is not None:
+                self._log.finish_run(run_id, status="outage", defer=True)
+            raise
         if not _test_pool_kind(kind):  # the test pool orders nothing (leakage), not even calls
             for p in result.predictions:
                 if p.n_llm_calls:
@@ -435,16 +441,19 @@ class LoopContext:
 
     def _outage_streak(self, run_id: str, kind: str) -> Callable[[Prediction], None] | None:
         """While a barrier runs (:func:`run_inference`'s ``on_rollout``): a real endpoint that
-        failed ``max(infra_outage_window, 10)`` rollouts in a row is given up at once, not at
-        the barrier's end. A server that hangs costs each rollout its timeout and retries (≈ 5
-        min at the defaults): a hostile pass waited 3 min 20 s for a 72-rollout barrier at a
-        5 s timeout, and 600 validation questions would have taken ≈ 6 hours to say "outage".
-        A streak, not a share: the first rollouts to end are not a sample of the barrier (a
-        refused connection ends at once, an answer takes its time), and an endpoint that still
-        answers breaks it. Not in the simulated world (its faults recur at each resume)."""
+        lost ``max(infra_outage_window, 10)`` rollouts in a row *beyond the rollouts in flight*
+        (``concurrency × ROLLOUTS_PER_SLOT``) is given up at once, not at the barrier's end. A
+        server that hangs costs each rollout its timeout and retries (≈ 5 min at the defaults):
+        a hostile pass waited 3 min 20 s for a 72-rollout barrier at a 5 s timeout, and 600
+        validation questions would have taken ≈ 6 hours to say "outage". The rollouts in flight
+        are counted in: a blip of half a minute ends every one of them in failure at once (a
+        review stopped a healthy endpoint after 20 lost of 600 that way). A streak, not a
+        share: the first rollouts to end are not a sample of the barrier (a refused connection
+        ends at once, an answer takes its time), and an endpoint that still answers breaks it.
+        Not in the simulated world (its faults recur at each resume)."""
         if self.providers.simulated:
             return None
-        need = max(self.cfg.infra_outage_window, 10)
+        need = max(self.cfg.infra_outage_window, 10) + self.cfg.concurrency * ROLLOUTS_PER_SLOT
         streak: list[str] = []
 
         def watch(p: Prediction) -> None:
