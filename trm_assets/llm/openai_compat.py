@@ -242,12 +242,13 @@ class OpenAICompatProvider:
         # and out of the URL it requests and logs ("HTTP Request: POST <url>" at INFO).
         self._auth, request_root = _split_userinfo(self._base_url)
         if self._auth is not None and api_key is not None:
-            # httpx's basic auth replaces the Bearer header: the key was silently never sent, and
-            # a server needing it answered 401, reported as "the API key was rejected"
-            raise ApiKeyFormatError(
-                "TRM_LLM_BASE_URL carries credentials (user:password@) and an API key is set "
-                "(TRM_LLM_API_KEY or OPENAI_API_KEY): a request has one Authorization header, so "
-                "one of them would never be sent; keep one (an empty TRM_LLM_API_KEY= sets none)"
+            # one Authorization header: the URL's basic auth replaces the Bearer key (httpx), so
+            # the key is never sent; said once here, and by a 401 (it said "the API key was
+            # rejected"). Not refused: an OPENAI_API_KEY exported for other tools beside a
+            # basic-auth proxy is a working setup.
+            log.warning(
+                "TRM_LLM_BASE_URL carries credentials (user:password@): they are sent as basic "
+                "auth, and the API key (TRM_LLM_API_KEY or OPENAI_API_KEY) is not sent"
             )
         self._url = request_root + "/chat/completions"
         # What messages show: the URL without its credentials (issue 18.2).
@@ -582,13 +583,17 @@ class OpenAICompatProvider:
                 status=status,
             )
         hint = {
-            401: "the API key was rejected: check TRM_LLM_API_KEY",
+            401: "the credentials in TRM_LLM_BASE_URL (user:password@) were rejected; the API "
+            "key is not sent beside them"
+            if self._auth is not None
+            else "the API key was rejected: check TRM_LLM_API_KEY",
             403: "the API key is not allowed to use this model or endpoint",
             404: f"no such endpoint or model: check the base URL ({self._shown_base_url}) and the "
             f"model name ({self._model!r})",
         }.get(status, "the server refused the request; it will not succeed on retry")
         if 300 <= status < 400:  # not followed: a POST must not be re-sent elsewhere unasked
-            where = redact_url(location) if location else "(no Location header)"
+            # scheme, host and path only: its user:password@ or ?token= may be a secret
+            where = _bare_url(location) if location else "(no Location header)"
             hint = (
                 f"the server redirects to {where}: set TRM_LLM_BASE_URL to the address it "
                 "answers on (often https:// for http://, or a missing /v1)"
@@ -771,6 +776,19 @@ def _ssl_context() -> ssl.SSLContext:
     """httpx's default verifying context, built once: loading the CA bundle costs ≈ 0.1 s, paid
     by every client otherwise (one per event loop, i.e. per ``asyncio.run``)."""
     return httpx.create_ssl_context()
+
+
+def _bare_url(url: str) -> str:
+    """``url`` as scheme://host[:port]/path: no credentials, query or fragment."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return urlunsplit((parts.scheme, host + port, parts.path, "", "")) or "(unreadable)"
 
 
 def _split_userinfo(url: str) -> tuple[httpx.BasicAuth | None, str]:

@@ -93,9 +93,8 @@ class ToolCallingUnsupported(ProviderRejectsRequests):
 
 class ApiKeyFormatError(TrmError, ValueError):
     """The API key cannot be sent in an HTTP header (a trailing newline, a space, a non-ASCII or
-    control character; or the base URL's credentials take that header): a client-side,
-    deterministic error raised when the provider is built, before the first rollout. The message
-    names the settings and the position, never the key."""
+    control character): a client-side, deterministic error raised when the provider is built,
+    before the first rollout. The message names the settings and the position, never the key."""
 
 
 @dataclass(frozen=True)

@@ -165,18 +165,24 @@ def test_credentials_in_the_base_url_are_redacted_everywhere(
     assert [leaks(t) for t in texts] == [[] for _ in texts]
 
 
-def test_credentials_in_the_url_beside_an_api_key_are_refused() -> None:
-    """Hostile pass: with both, httpx's basic auth replaced the Bearer header: the key was
-    never sent, and a server needing it answered 401 ("the API key was rejected")."""
-    from trm_assets.llm.protocol import ApiKeyFormatError
-
-    url = f"http://alice:{PASSWORD}@127.0.0.1:9/v1"
-    with pytest.raises(ApiKeyFormatError) as err:
-        provider(url)  # and the key
-    msg = str(err.value)
-    assert "TRM_LLM_BASE_URL carries credentials" in msg and "keep one" in msg
-    assert leaks(msg) == []
-    assert provider(url, api_key=None).base_url == "http://***@127.0.0.1:9/v1"  # one is fine
+def test_credentials_in_the_url_beside_an_api_key_say_which_is_sent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Hostile pass: with both, httpx's basic auth replaced the Bearer header: the key was never
+    sent, and a 401 read "the API key was rejected". Both still work together (an
+    OPENAI_API_KEY exported for other tools beside a basic-auth proxy is a working setup; a
+    review found the first fix, a refusal, broke it): the provider says once that the key is
+    not sent, and a 401 names the URL's credentials."""
+    caplog.set_level(logging.DEBUG)
+    with fake_openai(Reply(401, {"error": {"message": "bad credentials"}})) as srv:
+        url = srv.url.replace("http://", f"http://alice:{PASSWORD}@")
+        p = provider(url, max_retries=0)  # and the key
+        texts = outputs_of(p, caplog)
+    assert srv.requests[0]["headers"]["Authorization"] == "Basic " + basic("alice", PASSWORD)
+    assert "the API key (TRM_LLM_API_KEY or OPENAI_API_KEY) is not sent" in caplog.text
+    assert "credentials in TRM_LLM_BASE_URL (user:password@) were rejected" in texts[0]
+    assert "check TRM_LLM_API_KEY" not in texts[0]
+    assert [leaks(t) for t in texts] == [[] for _ in texts]
 
 
 def test_a_refused_connection_names_the_redacted_url(caplog: pytest.LogCaptureFixture) -> None:
