@@ -183,13 +183,16 @@ def _settle_dagster(workspace: Path, config_path: Path, overrides: tuple[str, ..
 
     from trm_assets.defs.driver import drive, ensure_dagster_home
     from trm_assets.defs.resources import TrmResource
+    from trm_assets.defs.sensors import WORKSPACE_TAG
 
     ensure_dagster_home()
     trm = TrmResource(
         workspace=str(workspace), config_path=str(config_path), overrides=list(overrides)
     )
+    mine = dg.RunsFilter(tags={WORKSPACE_TAG: str(workspace.resolve())})
     with dg.DagsterInstance.get() as instance:
-        drive(trm, instance, echo=click.echo)
+        if instance.get_runs(filters=mine, limit=1):  # else trained with --no-dagster only
+            drive(trm, instance, echo=click.echo)
 
 
 # ------------------------------------------------------------------------------------------------

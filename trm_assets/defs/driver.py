@@ -22,7 +22,7 @@ import yaml
 
 from trm_assets.defs import ops
 from trm_assets.defs.build import ExperimentDefs, build_experiment
-from trm_assets.defs.experiments import Experiment, register
+from trm_assets.defs.experiments import EXPERIMENT_TAG, Experiment, register
 from trm_assets.defs.ops import planned_action
 from trm_assets.defs.partitions import ensure_partitions, epoch_key, epoch_step_key, step_key
 from trm_assets.defs.resources import LLMResource, llm_resources
@@ -266,6 +266,9 @@ def unpublished(executor: Executor) -> list[Action]:
     ws = exp.workspace_dir()
     if not manifest_path(ws).is_file():
         return []
+    ran_here = instance.get_runs(filters=dg.RunsFilter(tags={EXPERIMENT_TAG: exp.name}), limit=1)
+    if not ran_here:  # trained with --no-dagster so far: its past is not this instance's record
+        return []
     steps = sorted(
         (int(m.group(1)), int(m.group(2)))
         for r in read_manifest(ws).history
@@ -313,8 +316,8 @@ def catch_up(executor: Executor, say: Echo) -> list[str]:
         if action.kind == "slow_update":
             what = f"epoch {action.epoch} (epoch_eval, holdout_report)"
         say(
-            f"  [published {what}, left unpublished by an interrupted run: dagster run "
-            f"{run_id[:8]}]"
+            f"  [published {what}, which no run had materialized (an interrupted run): "
+            f"dagster run {run_id[:8]}]"
         )
     return run_ids
 

@@ -973,3 +973,29 @@ def test_a_resume_of_a_finished_workspace_settles_its_lost_runs(
         after = instance.get_run_by_id(lost.run_id)
     assert after is not None and after.status == dg.DagsterRunStatus.FAILURE
     assert after.tags[LOST_TAG] == "true"
+
+
+def test_a_finished_no_dagster_workspace_resumes_to_nothing_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: a workspace trained with --no-dagster, resumed through Dagster once finished,
+    was registered and got one "catch-up" run per unit. Its past is not this instance's record:
+    "nothing to do", with no run and no registration."""
+    from click.testing import CliRunner
+
+    from trm_assets.cli.train import train_cmd
+    from trm_assets_tests.tiny import new_workspace as tiny_workspace
+    from trm_assets_tests.tiny import tiny_config
+
+    ws = tiny_workspace(tmp_path / "ws", tiny_config("epochs=1"))
+    home = tmp_path / "home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    args = ["--workspace", str(ws), "--config", str(ws / "config.yaml")]
+    first = CliRunner().invoke(train_cmd, [*args, "--no-dagster"])
+    assert first.exit_code == 0, first.output
+    res = CliRunner().invoke(train_cmd, [*args, "--resume"])
+    assert res.exit_code == 0 and "nothing to do" in res.output, res.output
+    assert "published" not in res.output
+    assert not (home / "experiments.yaml").exists()
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert instance.get_runs() == []
