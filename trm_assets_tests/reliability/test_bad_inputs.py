@@ -562,7 +562,7 @@ CASES: tuple[Case, ...] = (
     Case(
         "questions-changed-since-the-pools-were-frozen",
         _questions_json(_other_answer),
-        ("pools.json", "questions_digest", "has changed since", "trm init"),
+        ("pools.json", "question_digests", "1 pooled question(s) changed since (001-", "trm init"),
     ),
     Case("questions-json-not-a-list", _questions_text('{"a": 1}'), ("questions.json", "list")),
     Case(

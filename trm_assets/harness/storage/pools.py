@@ -48,45 +48,58 @@ def build_or_load_pools(
     pools = build_pools(cfg, questions)
     if path is not None:
         atomic_write_json(
-            path, {**pools_to_dict(pools), QUESTIONS_DIGEST: questions_digest(questions)}
+            path, {**pools_to_dict(pools), QUESTIONS_DIGEST: question_digests(pools, questions)}
         )
     return pools
 
 
-#: ``pools.json``'s record of the questions the pools were frozen on (absent in older files).
-QUESTIONS_DIGEST = "questions_digest"
+#: ``pools.json``'s record of the pooled questions as they were frozen (absent in older files).
+QUESTIONS_DIGEST = "question_digests"
+#: What a rollout reads or is scored against; ``url``, ``domain`` and the like are not.
+DIGESTED_FIELDS: tuple[str, ...] = (
+    "question_id", "video_id", "videoID", "duration", "task_type", "question", "options", "answer",
+)  # fmt: skip
 
 
-def questions_digest(questions: tuple[Question, ...]) -> str:
-    """What the workspace trains on, as one hash: every question's fields but its ``url``, by
-    id. A resume on other data (an answer, a task type, a text changed) is refused by it."""
-    rows = sorted(
-        (q.model_dump(mode="json", exclude={"url"}) for q in questions),
-        key=lambda r: str(r["question_id"]),
-    )
-    blob = json.dumps(rows, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def question_digests(pools: Pools, questions: tuple[Question, ...]) -> dict[str, str]:
+    """Each pooled question as a short hash of :data:`DIGESTED_FIELDS`, by id: a resume on
+    other data (an answer, a task type, a text changed) is refused by it, naming the questions;
+    a question added to the file, in no pool, changes nothing."""
+    pooled = {*pools.test, *pools.validation, *pools.diagnosis}
+    out = {}
+    for q in questions:
+        if q.question_id in pooled:
+            fields = q.model_dump(mode="json", include=set(DIGESTED_FIELDS))
+            blob = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            out[q.question_id] = hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return dict(sorted(out.items()))
 
 
 def load_pools(path: Path, questions: tuple[Question, ...], *, source: str | None = None) -> Pools:
     """A workspace's ``pools.json``, read only (refusing an old/invalid format or unknown ids,
-    and questions other than those the pools were frozen on)."""
+    and pooled questions other than those the pools were frozen on)."""
     data = read_json_object(path)
     if data is None:
         raise DataFormatError(str(path), None, None, "an existing pools file")
     pools = pools_from_dict(data, str(path))
     check_pools_cover(pools, questions)
     frozen = data.get(QUESTIONS_DIGEST)
-    if isinstance(frozen, str) and frozen != questions_digest(questions):
-        raise DataFormatError(
-            str(path),
-            None,
-            QUESTIONS_DIGEST,
-            f"the questions the pools were frozen on; {source or 'the questions file'} has "
-            "changed since (an answer, a task type, a question or an option text): a workspace "
-            "trains and reports on one dataset — restore the file, or `trm init` a new "
-            "workspace for the new data",
-        )
+    if isinstance(frozen, dict):
+        now = question_digests(pools, questions)
+        changed = sorted(q for q, h in frozen.items() if now.get(q) != h)
+        if changed:
+            shown = ", ".join(changed[:5]) + (
+                f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+            )
+            raise DataFormatError(
+                str(path),
+                None,
+                QUESTIONS_DIGEST,
+                f"the questions the pools were frozen on; in {source or 'the questions file'}, "
+                f"{len(changed)} pooled question(s) changed since ({shown}: an answer, a task "
+                "type, a question or an option text): a workspace trains and reports on one "
+                "dataset — restore the file, or `trm init` a new workspace for the new data",
+            )
     return pools
 
 

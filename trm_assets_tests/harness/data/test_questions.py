@@ -172,3 +172,32 @@ def test_duplicate_question_ids_and_bad_suffix(write_json, tmp_path: Path) -> No
         load_questions(other)
     with pytest.raises(QuestionFormatError, match="existing question file"):
         load_questions(tmp_path / "missing.json")
+
+
+def test_the_frozen_pools_name_the_pooled_questions_that_changed(tmp_path: Path) -> None:
+    """A resume on other data is refused naming the pooled questions that changed; a question
+    added to the file (in no frozen pool) or a field nothing reads (url) changes nothing
+    (review: the first digest, of the whole file, refused both and named none)."""
+    from trm_assets.domain.errors import DataFormatError
+    from trm_assets.harness.storage.pools import build_or_load_pools, load_pools
+    from trm_assets_tests.tiny import tiny_config
+
+    cfg = tiny_config()
+    qs = tuple(load_questions(Path(cfg.questions)))
+    path = tmp_path / "pools.json"
+    pools = build_or_load_pools(cfg, qs, path)
+    pooled = sorted(pools.validation)
+    extra = qs[0].model_copy(update={"question_id": "999-1"})
+    relinked = tuple(q.model_copy(update={"url": "https://elsewhere"}) for q in qs)
+    assert load_pools(path, (*relinked, extra)) == pools
+    changed = tuple(
+        q.model_copy(update={"answer": "B" if q.answer == "A" else "A"})
+        if q.question_id in pooled[:2]
+        else q
+        for q in qs
+    )
+    with pytest.raises(DataFormatError) as err:
+        load_pools(path, changed, source="q.json")
+    msg = str(err.value)
+    assert f"2 pooled question(s) changed since ({pooled[0]}, {pooled[1]}:" in msg
+    assert "q.json" in msg and "trm init" in msg
