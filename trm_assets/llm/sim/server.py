@@ -167,9 +167,21 @@ class _ThreadingHTTPServerV6(ThreadingHTTPServer):
 
 
 def _server_class(host: str) -> type[ThreadingHTTPServer]:
-    """IPv4 unless ``host`` is an IPv6 address (``::1`` failed: "address family for hostname
-    not supported")."""
-    return _ThreadingHTTPServerV6 if ":" in host else ThreadingHTTPServer
+    """IPv4 unless ``host`` is, or resolves only to, IPv6 (``::1`` failed: "address family for
+    hostname not supported")."""
+    if ":" in host:
+        return _ThreadingHTTPServerV6
+    try:
+        families = {i[0] for i in socket.getaddrinfo(host, None)} if host else set()
+    except OSError:
+        families = set()  # the bind says what is wrong with it
+    return _ThreadingHTTPServerV6 if families == {socket.AF_INET6} else ThreadingHTTPServer
+
+
+def _loopback_address(text: str) -> bool:
+    a = ipaddress.ip_address(text.split("%", 1)[0])
+    mapped = getattr(a, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return a.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def is_loopback(host: str) -> bool:
@@ -179,14 +191,14 @@ def is_loopback(host: str) -> bool:
     if not host:
         return False
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return _loopback_address(host)
     except ValueError:
         pass
     try:
         infos = socket.getaddrinfo(host, None)
     except OSError:
         return False
-    return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+    return bool(infos) and all(_loopback_address(str(i[4][0])) for i in infos)
 
 
 class SimServer:

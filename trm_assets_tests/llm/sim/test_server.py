@@ -207,7 +207,15 @@ def test_what_counts_as_loopback_and_ipv6_binds(smoke_world: SimWorld) -> None:
     machine, and `''` (every interface) printed "binding :"."""
     from trm_assets.llm.sim.server import is_loopback
 
-    for host in ("127.0.0.1", "127.1", "localhost", "LOCALHOST", "::1", "127.0.0.2"):
+    for host in (
+        "127.0.0.1",
+        "127.1",
+        "localhost",
+        "LOCALHOST",
+        "::1",
+        "127.0.0.2",
+        "::ffff:127.0.0.1",
+    ):
         assert is_loopback(host), host
     for host in ("", "0.0.0.0", "::", "10.1.2.3", "no-such-host.invalid"):
         assert not is_loopback(host), host
