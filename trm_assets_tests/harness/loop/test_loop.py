@@ -305,6 +305,48 @@ def test_validation_block_barrier_cache_and_cleanup(
             asyncio.run(validate_candidate_skill(ctx, replace(req, gate_run_id="t_e0_s0_x")))
 
 
+def test_a_baseline_infra_failure_is_retried_once_and_its_retry_is_the_pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GATE §2: a baseline rollout lost to infra is retried once; the retry's outcome is the
+    pair's baseline (audit: deleting the retry left every gate test passing)."""
+    ws, cfg = _fresh_ctx(tmp_path, "gate_block=4")
+    arms: list[tuple[str, list[tuple[str, int]]]] = []
+    real = validate_mod._rollouts
+    lost: list[tuple[str, int]] = []
+
+    async def flaky(ctx: Any, run_id: str, positions: Any, skills: Any, req: Any, kind: str) -> Any:
+        res = await real(ctx, run_id, positions, skills, req, kind)
+        arms.append((kind, list(positions)))
+        if kind == "gate_baseline" and not lost:  # the first baseline barrier loses one rollout
+            lost.append(tuple(positions[0]))  # type: ignore[arg-type]
+            gone = replace(res.predictions[0], failure_kind="infra", correct=None)
+            res = replace(res, predictions=(gone, *res.predictions[1:]))
+        return res
+
+    monkeypatch.setattr(validate_mod, "_rollouts", flaky)
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        req = _request(ctx, _biggest_type(ctx), "t_e0_s0_gate_x", "read every caption twice")
+        asyncio.run(validate_candidate_skill(ctx, req))
+        # the retry: one more baseline barrier, right after the first, of the lost position only
+        assert arms[0][0] == "gate_baseline" and arms[1] == ("gate_baseline", lost)
+        assert arms[2][0] == "gate_candidate"
+        q, rep = lost[0]
+        truth = {
+            (r["question_id"], r["replicate"]): r["correct"]
+            for r in ctx.log.query(
+                "SELECT question_id, replicate, correct FROM predictions WHERE run_id LIKE ?",
+                ["t_e0_s0_gate_x%base%"],
+            )
+        }
+        (row,) = ctx.log.query(
+            "SELECT baseline FROM gate_evidence WHERE gate_run_id = ? AND question_id = ? "
+            "AND replicate = ? AND row_kind = 'question'",
+            [req.gate_run_id, q, rep],
+        )
+    assert row["baseline"] == truth[(q, rep)] is not None  # the pair holds the retry's outcome
+
+
 def test_baseline_cache_disk_before_memory_and_r1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
