@@ -121,6 +121,8 @@ from trm_assets.llm.redact import excerpt, redact, redact_url, url_secrets
 from trm_assets.llm.text_tools import TOOL_MODES, ToolMode, parse_reply, render_conversation
 
 log = logging.getLogger(__name__)
+#: Base URLs (as shown) whose "the API key is not sent" was logged in this process.
+_TOLD: set[str] = set()
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})  # plus every 5xx
 _GATEWAY_STATUS = frozenset({502, 503, 504})  # a proxy in the way: transient whatever the body
@@ -241,11 +243,13 @@ class OpenAICompatProvider:
         # Credentials in the URL go to httpx as basic auth (what httpx does with a URL's userinfo)
         # and out of the URL it requests and logs ("HTTP Request: POST <url>" at INFO).
         self._auth, request_root = _split_userinfo(self._base_url)
-        if self._auth is not None and api_key is not None:
+        told = redact_url(self._base_url)
+        if self._auth is not None and api_key is not None and told not in _TOLD:
             # one Authorization header: the URL's basic auth replaces the Bearer key (httpx), so
-            # the key is never sent; said once here, and by a 401 (it said "the API key was
-            # rejected"). Not refused: an OPENAI_API_KEY exported for other tools beside a
-            # basic-auth proxy is a working setup.
+            # the key is never sent; said once per process (every unit builds three providers),
+            # and by a 401 (it said "the API key was rejected"). Not refused: an OPENAI_API_KEY
+            # exported for other tools beside a basic-auth proxy is a working setup.
+            _TOLD.add(told)
             log.warning(
                 "TRM_LLM_BASE_URL carries credentials (user:password@): they are sent as basic "
                 "auth, and the API key (TRM_LLM_API_KEY or OPENAI_API_KEY) is not sent"
@@ -582,21 +586,27 @@ class OpenAICompatProvider:
                 ),
                 status=status,
             )
+        unsent = "; the API key is not sent beside them" if self._api_key is not None else ""
+        who = "credentials in TRM_LLM_BASE_URL are" if self._auth is not None else "API key is"
         hint = {
-            401: "the credentials in TRM_LLM_BASE_URL (user:password@) were rejected; the API "
-            "key is not sent beside them"
+            401: f"the credentials in TRM_LLM_BASE_URL (user:password@) were rejected{unsent}"
             if self._auth is not None
             else "the API key was rejected: check TRM_LLM_API_KEY",
-            403: "the API key is not allowed to use this model or endpoint",
+            403: f"the {who} not allowed to use this model or endpoint",
             404: f"no such endpoint or model: check the base URL ({self._shown_base_url}) and the "
             f"model name ({self._model!r})",
         }.get(status, "the server refused the request; it will not succeed on retry")
         if 300 <= status < 400:  # not followed: a POST must not be re-sent elsewhere unasked
-            # scheme, host and path only: its user:password@ or ?token= may be a secret
+            # scheme, host and path only, and not the body (frameworks quote the target there):
+            # its user:password@ or ?token= may be a secret
             where = _bare_url(location) if location else "(no Location header)"
-            hint = (
-                f"the server redirects to {where}: set TRM_LLM_BASE_URL to the address it "
-                "answers on (often https:// for http://, or a missing /v1)"
+            return ProviderRequestError(
+                self._mask(
+                    f"HTTP {status} from {self._shown_url}: the server redirects to {where}: set "
+                    "TRM_LLM_BASE_URL to the address it answers on (often https:// for http://, "
+                    "or a missing /v1)"
+                ),
+                status=status,
             )
         return ProviderRequestError(
             self._mask(f"HTTP {status} from {self._shown_url}: {hint}. Server said: {body}"),

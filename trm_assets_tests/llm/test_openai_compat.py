@@ -126,7 +126,8 @@ def test_a_redirect_names_where_it_points() -> None:
     request", with no Location. It is still not followed (a POST is not re-sent elsewhere
     unasked), and never retried; the credentials a Location may carry are not shown."""
     to = "https://bob:hunter2-long-pw@api.example.com/v1/chat/completions?token=SECRETTOKEN123"
-    with fake_openai(Reply(307, "", headers={"Location": to})) as srv:
+    body = f'Redirecting to <a href="{to}">{to}</a>'  # what Flask/Express write (review)
+    with fake_openai(Reply(307, body, headers={"Location": to})) as srv:
         with pytest.raises(ProviderRequestError) as ei:
             chat_once(provider(srv.url))
         assert len(srv.requests) == 1

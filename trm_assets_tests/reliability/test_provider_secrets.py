@@ -177,7 +177,10 @@ def test_credentials_in_the_url_beside_an_api_key_say_which_is_sent(
     with fake_openai(Reply(401, {"error": {"message": "bad credentials"}})) as srv:
         url = srv.url.replace("http://", f"http://alice:{PASSWORD}@")
         p = provider(url, max_retries=0)  # and the key
+        provider(url), provider(url)  # a unit builds three (agent, evolve, diagnose)
+        told = caplog.text.count("is not sent")
         texts = outputs_of(p, caplog)
+    assert told == 1  # once per process, not per provider (review: 39 lines in one training)
     assert srv.requests[0]["headers"]["Authorization"] == "Basic " + basic("alice", PASSWORD)
     assert "the API key (TRM_LLM_API_KEY or OPENAI_API_KEY) is not sent" in caplog.text
     assert "credentials in TRM_LLM_BASE_URL (user:password@) were rejected" in texts[0]
