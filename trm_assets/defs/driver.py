@@ -260,14 +260,20 @@ def unpublished(executor: Executor) -> list[Action]:
     a unit's checkpoint and its run's events (hostile pass: ``epoch_eval`` e0 and
     ``step_results`` e0|s1 were gone for good — the resume moved on, the plot and the lineage
     lost them). A step ran when its batch run is in the manifest; an epoch ended when it is in
-    the checkpoint's history."""
+    the checkpoint's history; and a run of this instance was started for the unit."""
     exp, instance = executor.experiment, executor.instance
     keys = executor.built.scope.keys
     ws = exp.workspace_dir()
     if not manifest_path(ws).is_file():
         return []
-    ran_here = instance.get_runs(filters=dg.RunsFilter(tags={EXPERIMENT_TAG: exp.name}), limit=1)
-    if not ran_here:  # trained with --no-dagster so far: its past is not this instance's record
+    # only units a run of this instance was started for (the run the kill left, marked failed):
+    # a unit trained with --no-dagster has no record here to complete (review: they were
+    # "caught up" at every later resume, each called interrupted)
+    started = {
+        r.tags.get(UNIT_TAG, "")
+        for r in instance.get_runs(filters=dg.RunsFilter(tags={EXPERIMENT_TAG: exp.name}))
+    }
+    if not started:
         return []
     steps = sorted(
         (int(m.group(1)), int(m.group(2)))
@@ -292,13 +298,15 @@ def unpublished(executor: Executor) -> list[Action]:
     out = [
         Action("step", epoch=e, step=st)
         for e, st in steps
-        if done(Action("step", epoch=e, step=st))
+        if unit_key(Action("step", epoch=e, step=st)) in started
+        and done(Action("step", epoch=e, step=st))
         and not published(keys.step_results, epoch_step_key(e, st))
     ]
     out += [
         Action("slow_update", epoch=e, slow_step=1)
         for e in epochs
-        if done(Action("slow_update", epoch=e, slow_step=N_SLOW_STEPS))
+        if any(k.startswith(f"slow:e{e}:") for k in started)
+        and done(Action("slow_update", epoch=e, slow_step=N_SLOW_STEPS))
         and not published(keys.epoch_eval, epoch_key(e))
     ]
     return out

@@ -882,9 +882,9 @@ def test_units_a_kill_left_unpublished_are_published_on_resume(
 ) -> None:
     """Hostile pass: a kill between a unit's checkpoint and its run's events lost the unit's
     partition for good (`epoch_eval` e0, `step_results` e0|s1: the resume moved on). Here the
-    units run outside Dagster — their checkpoints land, no event is written, as after such a
-    kill — and the next drive publishes exactly those partitions, re-running nothing, with the
-    values of the records."""
+    units run outside Dagster — their checkpoints land, no event is written — beside the runs a
+    kill leaves (failed), and the next drive publishes exactly those partitions, re-running
+    nothing, with the values of the records."""
     from trm_assets.defs.ops import planned_action
     from trm_assets.harness.loop.context import loop_context
     from trm_assets.harness.loop.runner import train
@@ -907,6 +907,24 @@ def test_units_a_kill_left_unpublished_are_published_on_resume(
             dg.AssetRecordsFilter(asset_key=key(exp, "epoch_eval"), asset_partitions=["e0"]),
             limit=1,
         ).records
+        # units with no run in this instance are another record's (--no-dagster): left alone
+        assert drive(exp, instance, max_runs=0).run_ids == ()
+        # what a kill leaves: the units' runs, started, then marked failed (fail_lost_runs)
+        from dagster._core.storage.dagster_run import DagsterRun
+        from dagster._core.utils import make_new_run_id
+
+        from trm_assets.defs.recording import run_tags
+
+        registered = register_in(instance, exp)
+        for job, unit in (("gate_step", "step:e0:s1"), ("slow_update", "slow:e0:1")):
+            instance.add_run(
+                DagsterRun(
+                    job_name=f"{registered.name}__{job}",
+                    run_id=make_new_run_id(),
+                    status=dg.DagsterRunStatus.FAILURE,
+                    tags={**run_tags(registered), UNIT_TAG: unit},
+                )
+            )
         lines: list[str] = []
         summary = drive(exp, instance, echo=lines.append, max_runs=0)
         assert len(summary.run_ids) == 2  # step 1 and the epoch; step 0 had its own run
