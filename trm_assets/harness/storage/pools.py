@@ -55,10 +55,21 @@ def build_or_load_pools(
 
 #: ``pools.json``'s record of the pooled questions as they were frozen (absent in older files).
 QUESTIONS_DIGEST = "question_digests"
-#: What a rollout reads or is scored against; ``url``, ``domain`` and the like are not.
+#: What a rollout reads (the prompt set may show ``domain`` / ``sub_category``) or is scored
+#: against; ``url`` and ``language`` are not.
 DIGESTED_FIELDS: tuple[str, ...] = (
-    "question_id", "video_id", "videoID", "duration", "task_type", "question", "options", "answer",
+    "question_id", "video_id", "videoID", "duration", "domain", "sub_category", "task_type",
+    "question", "options", "answer",
 )  # fmt: skip
+
+
+def _folded(value: object) -> object:
+    """Text as the agent's message shows it (runs of whitespace folded, ends stripped)."""
+    if isinstance(value, str):
+        return " ".join(value.split())
+    if isinstance(value, list):
+        return [_folded(v) for v in value]
+    return value
 
 
 def question_digests(pools: Pools, questions: tuple[Question, ...]) -> dict[str, str]:
@@ -69,7 +80,10 @@ def question_digests(pools: Pools, questions: tuple[Question, ...]) -> dict[str,
     out = {}
     for q in questions:
         if q.question_id in pooled:
-            fields = q.model_dump(mode="json", include=set(DIGESTED_FIELDS))
+            fields = {
+                k: _folded(v)
+                for k, v in q.model_dump(mode="json", include=set(DIGESTED_FIELDS)).items()
+            }
             blob = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
             out[q.question_id] = hashlib.sha256(blob.encode()).hexdigest()[:12]
     return dict(sorted(out.items()))
@@ -84,7 +98,11 @@ def load_pools(path: Path, questions: tuple[Question, ...], *, source: str | Non
     pools = pools_from_dict(data, str(path))
     check_pools_cover(pools, questions)
     frozen = data.get(QUESTIONS_DIGEST)
-    if isinstance(frozen, dict):
+    if frozen is not None and not (
+        isinstance(frozen, dict) and frozen and all(isinstance(h, str) for h in frozen.values())
+    ):
+        raise DataFormatError(str(path), None, QUESTIONS_DIGEST, "question id → digest strings")
+    if frozen is not None:
         now = question_digests(pools, questions)
         changed = sorted(q for q, h in frozen.items() if now.get(q) != h)
         if changed:
@@ -96,9 +114,10 @@ def load_pools(path: Path, questions: tuple[Question, ...], *, source: str | Non
                 None,
                 QUESTIONS_DIGEST,
                 f"the questions the pools were frozen on; in {source or 'the questions file'}, "
-                f"{len(changed)} pooled question(s) changed since ({shown}: an answer, a task "
-                "type, a question or an option text): a workspace trains and reports on one "
-                "dataset — restore the file, or `trm init` a new workspace for the new data",
+                f"{len(changed)} pooled question(s) changed since ({shown}: what the agent "
+                "reads or is scored against — text, options, answer, task type, video): a "
+                "workspace trains and reports on one dataset — restore the file, or `trm init` "
+                "a new workspace for the new data",
             )
     return pools
 

@@ -188,8 +188,21 @@ def test_the_frozen_pools_name_the_pooled_questions_that_changed(tmp_path: Path)
     pools = build_or_load_pools(cfg, qs, path)
     pooled = sorted(pools.validation)
     extra = qs[0].model_copy(update={"question_id": "999-1"})
-    relinked = tuple(q.model_copy(update={"url": "https://elsewhere"}) for q in qs)
+    relinked = tuple(
+        q.model_copy(
+            update={"url": "https://elsewhere", "options": tuple(f"{o}  " for o in q.options)}
+        )
+        for q in qs
+    )  # a url, and spaces the agent's message folds away
     assert load_pools(path, (*relinked, extra)) == pools
+    moved = tuple(
+        q.model_copy(update={"domain": "Elsewhere"}) if q.question_id == pooled[0] else q
+        for q in qs
+    )  # the prompt set may show the domain (review)
+    with pytest.raises(
+        DataFormatError, match=rf"1 pooled question\(s\) changed since \({pooled[0]}:"
+    ):
+        load_pools(path, moved)
     changed = tuple(
         q.model_copy(update={"answer": "B" if q.answer == "A" else "A"})
         if q.question_id in pooled[:2]
