@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from trm_assets.harness.data.config import config_to_yaml
 from trm_assets.harness.storage.lock import (
     LOCK_FILE,
     WorkspaceLockedError,
@@ -265,3 +266,22 @@ def test_a_probe_between_the_lock_and_its_description_names_the_holder(ws: Path)
         writer.join()
         os.close(fd)
     assert lock_holder(ws) is None
+
+
+def test_a_second_init_beside_one_writing_names_the_writer(tmp_path: Path) -> None:
+    """Hostile pass: of two concurrent `trm init`, the loser sometimes read the winner's half-
+    written directory and said "not empty and not a workspace (no manifest.json)"; it now names
+    the init that holds the lock."""
+    ws = tmp_path / "ws"
+    (ws / "store" / "skills" / "v1").mkdir(parents=True)  # what an init writes before its manifest
+    with holder_process(ws) as proc:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(config_to_yaml(tiny_config()), encoding="utf-8")
+        res = run_cli(
+            ["init", "--workspace", str(ws), "--config", str(cfg)],
+            child_env(),
+            120,
+            tmp_path / "init.log",
+        )
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"pid {proc.pid}" in res.stderr and "not a workspace" not in res.stderr, res.stderr

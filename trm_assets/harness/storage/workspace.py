@@ -643,7 +643,15 @@ class _NewWorkspace:
 
 
 def _create(workspace: Path, new: _NewWorkspace) -> InitResult:
-    _check_target(workspace)  # before the lock: never leave a lock file in a foreign directory
+    try:
+        _check_target(workspace)  # before the lock: never leave a lock file in a foreign directory
+    except WorkspaceError:
+        if (workspace / LOCK_FILE).is_file():
+            # another init writing it, not a foreign directory: say who (hostile pass: the loser
+            # of two inits got "not empty and not a workspace")
+            with workspace_lock(workspace, command=INIT_COMMAND):
+                pass
+        raise
     # One writer (issue 18.1): an existing workspace is moved aside only while nobody trains it
     # (its lock moves with it), and the new one is written under its own lock.
     with workspace_lock(workspace, command=INIT_COMMAND, create=True):
