@@ -97,7 +97,7 @@ import time
 import uuid
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
@@ -121,6 +121,9 @@ from trm_assets.llm.redact import excerpt, redact, redact_url, url_secrets
 from trm_assets.llm.text_tools import TOOL_MODES, ToolMode, parse_reply, render_conversation
 
 log = logging.getLogger(__name__)
+#: The largest reply body parsed: a chat completion is kilobytes; a 20 MB one held the event loop
+#: (every other rollout) for 15 s while it was parsed and masked (hostile pass).
+MAX_REPLY_BYTES: Final = 8 * 2**20
 #: Base URLs (as shown) whose "the API key is not sent" was logged in this process.
 _TOLD: set[str] = set()
 
@@ -616,6 +619,12 @@ class OpenAICompatProvider:
     def _parse(self, raw: bytes, latency: float) -> ChatResponse:
         """A 200's body as a :class:`ChatResponse`, or :class:`InfraError` ``invalid_response``
         naming what is wrong (GATE.md §2: a server that answers garbage is infrastructure)."""
+        if len(raw) > MAX_REPLY_BYTES:  # parsed and masked on the event loop: bounded
+            raise self._infra(
+                "invalid_response",
+                f"{self._shown_url} returned a reply of {len(raw) / 2**20:.1f} MiB (more than "
+                f"{MAX_REPLY_BYTES // 2**20} MiB; a chat completion is kilobytes)",
+            )
         try:
             data = json.loads(raw)
         except (ValueError, RecursionError):  # not JSON, not UTF-8, a 5000-digit number

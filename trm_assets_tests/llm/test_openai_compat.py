@@ -137,6 +137,21 @@ def test_a_redirect_names_where_it_points() -> None:
     assert "SECRETTOKEN123" not in msg  # a query may carry a token (review)
 
 
+def test_a_reply_larger_than_a_completion_can_be_is_an_infra_error() -> None:
+    """Hostile pass: a 20 MB reply was parsed and masked on the event loop for 15 s, holding
+    every other rollout; a reply over MAX_REPLY_BYTES is an invalid response (retried, counted
+    as infra), not parsed."""
+    from trm_assets.llm.openai_compat import MAX_REPLY_BYTES
+
+    huge = completion("x" * (MAX_REPLY_BYTES + 1))
+    with fake_openai(Reply(body=huge), Reply(body=completion("B"))) as srv:
+        resp = chat_once(provider(srv.url, max_retries=1))  # the retry gets a normal reply
+        assert resp.content == "B" and len(srv.requests) == 2
+    with fake_openai(Reply(body=huge)) as srv, pytest.raises(InfraError) as ei:
+        chat_once(provider(srv.url, max_retries=0))
+    assert ei.value.kind == "invalid_response" and "MiB" in str(ei.value)
+
+
 def test_context_overflow_is_its_own_error() -> None:
     body = {
         "error": {
