@@ -361,17 +361,19 @@ class LoopContext:
                 ),
                 self.drain_later,
             )
-        except InfraOutage:  # given up mid-barrier (the streak): the run says so, as below
+            if not _test_pool_kind(kind):  # the test pool orders nothing (leakage), not calls
+                for p in result.predictions:
+                    if p.n_llm_calls:
+                        self._calls_seen[p.question_id] = p.n_llm_calls
+            for o in self.observers:
+                o.on_barrier(result)
+            self._check_outage(result, kind)
+        except InfraOutage:
+            # given up mid-barrier (the streak) or after it (_check_outage): the run's row says
+            # so, not "failed" nor "done" (a later `trm eval` reused a "done" one)
             if self._log is not None:
                 self._log.finish_run(run_id, status="outage", defer=True)
             raise
-        if not _test_pool_kind(kind):  # the test pool orders nothing (leakage), not even calls
-            for p in result.predictions:
-                if p.n_llm_calls:
-                    self._calls_seen[p.question_id] = p.n_llm_calls
-        for o in self.observers:
-            o.on_barrier(result)
-        self._check_outage(result, kind)
         return result
 
     def _longest_first(self, specs: Sequence[RolloutSpec]) -> list[int] | None:
@@ -434,8 +436,6 @@ class LoopContext:
             what = f"{failed} of the last {len(watched)} rollouts"
         if outage:
             window.clear()
-            if self._log is not None:  # its row said "done": a later `trm eval` reused it
-                self._log.finish_run(result.run_id, status="outage", defer=True)
             errors = sorted({p.error for p in result.predictions if p.error})
             raise self._outage(what, result.run_id, errors, kind)
 
