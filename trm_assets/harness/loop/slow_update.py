@@ -754,12 +754,12 @@ def refresh_ladder(s: UnitSession) -> LadderRefresh:
     ladder = load_written_ladder(paths.ladder, tasks, ctx.ladder_params())
     sources = ladder_sources(ctx, epoch, _need(state.slow.r2, "r2").kept)
     with RunLogReader.open(paths.run_db) as reader:
+        from_gates = served_from_gates(reader)
         for run_id in sources:
-            from_gates = served_from_gates(reader, run_id)
             outcomes = {
                 q: v
                 for (q, rep), v in sorted(reader.correctness(run_id).items())
-                if rep == 0 and q not in from_gates
+                if rep == 0 and q not in from_gates.get(run_id, ())
             }
             ladder = update_ladder(ladder, run_id, outcomes)
     save_ladder(paths.ladder, ladder)
@@ -769,8 +769,8 @@ def refresh_ladder(s: UnitSession) -> LadderRefresh:
     return out  # the commit moves the progress to the next epoch (plan.advance)
 
 
-def served_from_gates(reader: RunLogReader, run_id: str) -> set[str]:
-    """The questions of ``run_id`` whose row was served at temperature 0 (``reuse/same_prompt``)
+def served_from_gates(reader: RunLogReader) -> dict[str, set[str]]:
+    """Run id → the questions whose row was served at temperature 0 (``reuse/same_prompt``)
     from a gate's rollout, directly or through rows that were served themselves: the anti-leak
     rule keeps them out of the ladder as it keeps the gate runs (an audit found R serving the
     accepting gate's candidate rows, which the ladder then folded in). At temperature 0 the plan
@@ -787,18 +787,14 @@ def served_from_gates(reader: RunLogReader, run_id: str) -> set[str]:
             continue
         if isinstance(source, str):
             served[(str(r["run_id"]), str(r["question_id"]))] = source
-    out: set[str] = set()
+    out: dict[str, set[str]] = {}
     for (run, qid), source in served.items():
-        seen: set[str] = {run}
-        while run == run_id and source not in seen:
-            if GATE_RUN_MARK in source:
-                out.add(qid)
-                break
+        seen = {run}  # a chain of served rows, followed to the rollout it copies
+        while GATE_RUN_MARK not in source and source not in seen and (source, qid) in served:
             seen.add(source)
-            nxt = served.get((source, qid))
-            if nxt is None:
-                break
-            source = nxt
+            source = served[(source, qid)]
+        if GATE_RUN_MARK in source:
+            out.setdefault(run, set()).add(qid)
     return out
 
 
