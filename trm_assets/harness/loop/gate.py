@@ -263,17 +263,19 @@ class SequentialGate:
         passes = gate_passes(ctx, req.task_type)
         full = gate_plan(req.ladder_qids, passes, cfg.gate_block)
         positions = gate_plan(req.ladder_qids, passes, cfg.gate_block, cfg.gate_max_blocks)
-        if len(positions) < len(full) and not req.ladder_warm:
-            order = _uniform(ctx, req, req.ladder_qids, "truncated")
+        # a cold ladder's front (2 wrong : 1 right) is a biased sample: a plan that tests only
+        # that front, or horizon mode, which spends its α over it, accepted a mean-zero edit
+        # that helps hard questions and hurts easy ones above α (truncated 6.2%; horizon over a
+        # full plan of 150, 6.6%, against 2.3% in uniform order; GATE §10.1)
+        why = None
+        if not req.ladder_warm and len(positions) < len(full):
+            why, label = "truncated", "uniform (truncated cold ladder)"
+        elif not req.ladder_warm and cfg.gate_mode == "horizon":
+            why, label = "horizon-cold", "uniform (horizon on a cold ladder)"
+        if why is not None:
+            order = _uniform(ctx, req, req.ladder_qids, why)
             positions = gate_plan(order, passes, cfg.gate_block, cfg.gate_max_blocks)
-            return GatePlan(positions, "uniform (truncated cold ladder)")
-        if cfg.gate_mode == "horizon" and not req.ladder_warm:
-            # horizon spends its α over the plan's own front: on a cold ladder (2 wrong : 1
-            # right) a mean-zero edit that helps hard questions and hurts easy ones was accepted
-            # 6.6% > α over a full plan of 150 (hybrid 3.8%, uniform order 2.3%; GATE §10.1)
-            order = _uniform(ctx, req, req.ladder_qids, "horizon-cold")
-            positions = gate_plan(order, passes, cfg.gate_block, cfg.gate_max_blocks)
-            return GatePlan(positions, "uniform (horizon on a cold ladder)")
+            return GatePlan(positions, label)
         return GatePlan(positions, "ladder-warm" if req.ladder_warm else "ladder-cold")
 
     def decide(self, verdict: GateVerdict) -> Decision:
