@@ -246,21 +246,20 @@ class OpenAICompatProvider:
         # Credentials in the URL go to httpx as basic auth (what httpx does with a URL's userinfo)
         # and out of the URL it requests and logs ("HTTP Request: POST <url>" at INFO).
         self._auth, request_root = _split_userinfo(self._base_url)
-        told = redact_url(self._base_url)
-        if self._auth is not None and api_key is not None and told not in _TOLD:
-            # one Authorization header: the URL's basic auth replaces the Bearer key (httpx), so
-            # the key is never sent; said once per process (every unit builds three providers),
-            # and by a 401 (it said "the API key was rejected"). Not refused: an OPENAI_API_KEY
-            # exported for other tools beside a basic-auth proxy is a working setup.
-            _TOLD.add(told)
-            log.warning(
-                "TRM_LLM_BASE_URL carries credentials (user:password@): they are sent as basic "
-                "auth, and the API key (TRM_LLM_API_KEY or OPENAI_API_KEY) is not sent"
-            )
         self._url = request_root + "/chat/completions"
         # What messages show: the URL without its credentials (issue 18.2).
         self._shown_base_url = redact_url(self._base_url)
         self._shown_url = self._shown_base_url + "/chat/completions"
+        if self._auth is not None and api_key is not None and self._shown_base_url not in _TOLD:
+            # one Authorization header: the URL's basic auth replaces the Bearer key (httpx), so
+            # the key is never sent; said once per process (every unit builds three providers),
+            # and by a 401 (it said "the API key was rejected"). Not refused: an OPENAI_API_KEY
+            # exported for other tools beside a basic-auth proxy is a working setup.
+            _TOLD.add(self._shown_base_url)
+            log.warning(
+                "TRM_LLM_BASE_URL carries credentials (user:password@): they are sent as basic "
+                "auth, and the API key (TRM_LLM_API_KEY or OPENAI_API_KEY) is not sent"
+            )
         self._secrets: tuple[str, ...] = (
             *((api_key.get_secret_value(),) if api_key is not None else ()),
             *url_secrets(self._base_url),
@@ -589,16 +588,6 @@ class OpenAICompatProvider:
                 ),
                 status=status,
             )
-        unsent = "; the API key is not sent beside them" if self._api_key is not None else ""
-        who = "credentials in TRM_LLM_BASE_URL are" if self._auth is not None else "API key is"
-        hint = {
-            401: f"the credentials in TRM_LLM_BASE_URL (user:password@) were rejected{unsent}"
-            if self._auth is not None
-            else "the API key was rejected: check TRM_LLM_API_KEY",
-            403: f"the {who} not allowed to use this model or endpoint",
-            404: f"no such endpoint or model: check the base URL ({self._shown_base_url}) and the "
-            f"model name ({self._model!r})",
-        }.get(status, "the server refused the request; it will not succeed on retry")
         if 300 <= status < 400:  # not followed: a POST must not be re-sent elsewhere unasked
             # scheme, host and path only, and not the body (frameworks quote the target there):
             # its user:password@ or ?token= may be a secret
@@ -611,6 +600,16 @@ class OpenAICompatProvider:
                 ),
                 status=status,
             )
+        unsent = "; the API key is not sent beside them" if self._api_key is not None else ""
+        who = "credentials in TRM_LLM_BASE_URL are" if self._auth is not None else "API key is"
+        hint = {
+            401: f"the credentials in TRM_LLM_BASE_URL (user:password@) were rejected{unsent}"
+            if self._auth is not None
+            else "the API key was rejected: check TRM_LLM_API_KEY",
+            403: f"the {who} not allowed to use this model or endpoint",
+            404: f"no such endpoint or model: check the base URL ({self._shown_base_url}) and the "
+            f"model name ({self._model!r})",
+        }.get(status, "the server refused the request; it will not succeed on retry")
         return ProviderRequestError(
             self._mask(f"HTTP {status} from {self._shown_url}: {hint}. Server said: {body}"),
             status=status,
