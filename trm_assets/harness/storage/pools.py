@@ -98,11 +98,11 @@ def load_pools(path: Path, questions: tuple[Question, ...], *, source: str | Non
     pools = pools_from_dict(data, str(path))
     check_pools_cover(pools, questions)
     frozen = data.get(QUESTIONS_DIGEST)
-    if frozen is not None and not (
-        isinstance(frozen, dict) and frozen and all(isinstance(h, str) for h in frozen.values())
-    ):
-        raise DataFormatError(str(path), None, QUESTIONS_DIGEST, "question id → digest strings")
     if frozen is not None:
+        if not (
+            isinstance(frozen, dict) and frozen and all(isinstance(h, str) for h in frozen.values())
+        ):
+            raise DataFormatError(str(path), None, QUESTIONS_DIGEST, "question id → digest strings")
         now = question_digests(pools, questions)
         changed = sorted(q for q, h in frozen.items() if now.get(q) != h)
         if changed:
