@@ -113,6 +113,9 @@ class LoopContext:
     # durable bookkeeping nothing reads before the unit's commit, done once the next barrier's
     # first model calls are out (after_next_launch)
     _later: list[Callable[[], object]] = field(default_factory=list, repr=False)
+    # the runs on record when this process opened the run log: run id → the decoding and prompt
+    # keys its rows were rolled out with (None once a barrier of this process reconciled them)
+    _earlier: dict[str, Mapping[str, Any] | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._recent_infra = deque(maxlen=self.cfg.infra_outage_window)
@@ -130,6 +133,9 @@ class LoopContext:
             # this workspace's own run log: a foreign one is refused, a lost one never re-created
             self._log = open_run_log(self.workspace)
             prepare_tables(self._log)
+            if self._earlier is None:  # read before this process writes anything
+                rows = self._log.query("SELECT run_id, meta FROM runs")
+                self._earlier = {str(r["run_id"]): _run_meta(r["meta"]) for r in rows}
         return self._log
 
     def flush_log_quietly(self) -> None:
@@ -333,6 +339,7 @@ class LoopContext:
             if kind in REUSE_KINDS or is_eval_command_kind(kind)
             else {}
         )
+        resume = self._reconcile_earlier(run_id, keys)
         try:
             result = await overlapped(
                 run_inference(
@@ -354,6 +361,7 @@ class LoopContext:
                     progress=self._on_rollouts if self.observers else None,
                     heartbeat_s=HEARTBEAT_S,
                     reuse=reuse,
+                    resume=resume,
                     run_meta={"decoding": self.decoding_hash(), "prompt_keys": keys},
                     start_order=self._longest_first(specs),
                     write_behind=self.after_next_launch,
@@ -375,6 +383,51 @@ class LoopContext:
                 self._log.finish_run(run_id, status="outage", defer=True)
             raise
         return result
+
+    def _reconcile_earlier(self, run_id: str, keys: Mapping[str, str]) -> bool:
+        """Whether ``run_id``'s completed rows on record are this barrier's outcomes
+        (``run_inference(resume=True)``), after deleting those that are not.
+
+        A run already on record when this process opened the run log is a unit killed and
+        re-run, or a ``trm eval`` again after an outage. Its earlier attempt's rows stay on
+        record unless deleted (the first row of a key is kept), so the re-run must either use
+        them or delete them; otherwise it decides on outcomes the run log does not hold. A real
+        server does not reproduce a sample: at temperature > 0 it draws again, and at any
+        temperature the evolver may have written another candidate for the same gate run. So:
+
+        * temperature 0 (the decoding is a function of the prompt): the rows whose prompt
+          (``runs.meta.prompt_keys`` of the type, and the decoding) is this barrier's are
+          resumed, not rolled out again — a kill hours into a real model's barrier loses only
+          the rollouts in flight — and the others are deleted and rolled out;
+        * temperature > 0: every earlier row is deleted and rolled out again. Keeping the
+          completed ones would bias the sample: the rollouts still in flight at a kill are the
+          long ones, so kept rows over-represent quick answers
+          (``docs/decision-resume-a-killed-barrier.md``).
+        """
+        log = self.log  # opening it reads the runs on record
+        earlier = self._earlier if self._earlier is not None else {}
+        if run_id not in earlier:
+            return False
+        meta = earlier[run_id]
+        if meta is None:
+            return not self.cfg.fresh_draws()  # reconciled by an earlier barrier of this run
+        earlier[run_id] = None
+        stored = meta.get("prompt_keys")
+        if (
+            self.cfg.fresh_draws()
+            or meta.get("decoding") != self.decoding_hash()
+            or not isinstance(stored, Mapping)
+        ):
+            log.discard_rows(run_id)
+            return not self.cfg.fresh_draws()
+        on_record = log.query(
+            "SELECT DISTINCT task_type FROM predictions WHERE run_id = ?", [run_id]
+        )
+        other = [
+            t for t in (str(r["task_type"]) for r in on_record) if stored.get(t) != keys.get(t)
+        ]
+        log.discard_rows(run_id, other)
+        return True
 
     def _longest_first(self, specs: Sequence[RolloutSpec]) -> list[int] | None:
         """The order to start a barrier's rollouts in when they outnumber the slots: the longest
@@ -602,6 +655,12 @@ def _test_pool_kind(kind: str) -> bool:
     """Runs over the held-out test pool (``holdout``) or a ``trm eval`` (``eval_*``): their
     model-call counts must not order later barriers (:meth:`LoopContext._longest_first`)."""
     return kind == "holdout" or is_eval_command_kind(kind)
+
+
+def _run_meta(text: object) -> Mapping[str, Any]:
+    """A ``runs.meta`` value as a mapping (empty when it holds none)."""
+    meta = json.loads(text) if isinstance(text, str) and text else text
+    return meta if isinstance(meta, Mapping) else {}
 
 
 def _question(spec: RolloutSpec) -> Question:

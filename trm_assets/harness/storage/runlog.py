@@ -39,7 +39,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -870,6 +870,33 @@ class RunLog(_Queries):
             if seen is None or seen[0]["stop_reason"] == "error":
                 recent[key[1:]] = (pred, trs)
             return len(self._buffer)
+
+    def discard_rows(self, run_id: str, task_types: Iterable[str] | None = None) -> int:
+        """Delete the rows of ``run_id`` (only those of ``task_types``, if given) with their
+        traces and flags, now, after what is buffered; returns how many predictions went.
+
+        For the re-run of a run whose earlier attempt's rows are not what the re-run decides
+        on (another candidate, another sample): without this, the first row of a key would
+        stay on record (inserts keep it) while the re-run's outcome is used."""
+        types = None if task_types is None else sorted(set(task_types))
+        if types == []:
+            return 0
+        where = "run_id = ?" + (
+            "" if types is None else f" AND task_type IN ({', '.join('?' for _ in types)})"
+        )
+        params = [run_id, *(types or ())]
+        self.flush()
+        with self.transaction() as con:
+            keys = f"SELECT {_KEY} FROM predictions WHERE {where}"
+            for table in ("traces", "flags"):
+                con.execute(f"DELETE FROM {table} WHERE ({_KEY}) IN ({keys})", params)
+            (n,) = con.execute(
+                f"SELECT count(*) FROM predictions WHERE {where}", params
+            ).fetchone() or (0,)
+            con.execute(f"DELETE FROM predictions WHERE {where}", params)
+        with self._buf_lock:
+            self._recent.pop(run_id, None)
+        return int(n)
 
     def recent(self, run_id: str) -> RecentRows | None:
         """The rows this writer was given for ``run_id`` (one of the last runs it was given rows

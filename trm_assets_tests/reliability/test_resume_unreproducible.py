@@ -1,0 +1,209 @@
+"""A unit killed mid-barrier, resumed against a server that does not reproduce its samples.
+
+A real server at temperature > 0 draws a new answer for the same request (and at temperature 0
+many are not bitwise deterministic either: batching, an OpenAI endpoint), so a unit re-run after
+a kill gets other outcomes and, from the evolver, possibly another candidate. The simulated
+world reproduces every sample from its seed, which hid that the re-run's outcomes were what the
+unit decided on while the run log kept the killed attempt's rows (the first row of a key wins):
+init's accuracy in the checkpoint was not the accuracy of the rows on record, and a gate's
+evidence was not the candidate rows on record. :class:`Unreproducible` salts every request's
+sample index per process attempt, as such a server would answer. Now the re-run deletes the
+rows it will not use; at temperature 0 it resumes the rows of its own prompt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trm_assets.agent.loop import rollout_seed
+from trm_assets.domain.question import skill_file_name
+from trm_assets.harness.data.dataset import load_dataset
+from trm_assets.harness.loop.context import loop_context
+from trm_assets.harness.loop.runner import train
+from trm_assets.harness.storage.runlog import RunLogReader
+from trm_assets.llm.factory import build_providers
+from trm_assets.llm.protocol import ChatResponse, LLMProvider, Message, ToolSpec, Usage
+from trm_assets_tests.tiny import new_workspace, tiny_config
+
+
+class Killed(Exception):
+    """Stands for the process being killed in the middle of a barrier."""
+
+
+class Unreproducible:
+    """``inner`` with each request's sample index salted by ``salt`` (a second attempt of the
+    same request is another sample); killed (:class:`Killed`) at the ``kill_at``-th call whose
+    seed is in ``watch`` (every call when ``watch`` is None)."""
+
+    def __init__(
+        self,
+        inner: LLMProvider,
+        salt: int,
+        kill_at: int | None = None,
+        watch: frozenset[int] | None = None,
+    ) -> None:
+        self._inner, self._salt, self._kill_at, self._watch = inner, salt, kill_at, watch
+        self.calls = 0
+        self.watched = 0
+
+    @property
+    def model(self) -> str:
+        return self._inner.model
+
+    @property
+    def usage(self) -> Usage:
+        return self._inner.usage
+
+    @property
+    def is_simulated(self) -> bool:
+        return self._inner.is_simulated
+
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+    ) -> ChatResponse:
+        self.calls += 1
+        self.watched += int(self._watch is None or seed in self._watch)
+        if self._kill_at is not None and self.watched >= self._kill_at:
+            raise Killed(f"killed at call {self.calls}")
+        salted = (seed or 0) * 7919 + self._salt
+        return await self._inner.chat(
+            messages, tools=tools, temperature=temperature, max_tokens=max_tokens, seed=salted
+        )
+
+
+def _attempt(
+    ws: Path,
+    cfg: Any,
+    salt: int,
+    *,
+    units: int,
+    kill_at: int | None = None,
+    watch: frozenset[int] | None = None,
+) -> Unreproducible:
+    """``units`` units of ``trm train`` in one process against an unreproducible server, killed
+    as :class:`Unreproducible` says."""
+    providers = build_providers(cfg.provider_spec())
+    agent = Unreproducible(providers.agent, salt, kill_at, watch)
+    evolve = Unreproducible(providers.evolve, salt)
+    with loop_context(ws, cfg, dataclasses.replace(providers, agent=agent, evolve=evolve)) as ctx:
+        if kill_at is None:
+            train(ctx, max_units=units)
+        else:
+            with pytest.raises(Killed):
+                train(ctx, max_units=units)
+    return agent
+
+
+def _rows(ws: Path, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    with RunLogReader.open(ws / "runs.duckdb") as r:
+        return r.query(sql, list(params))
+
+
+def _outcomes(ws: Path, run_id: str, *, completed: bool = False) -> dict[str, bool | None]:
+    where = " AND stop_reason <> 'error'" if completed else ""
+    rows = _rows(
+        ws, f"SELECT question_id, correct FROM predictions WHERE run_id = ?{where}", [run_id]
+    )
+    return {r["question_id"]: r["correct"] for r in rows}
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_a_killed_init_decides_on_the_rows_on_record(tmp_path: Path, temperature: float) -> None:
+    passes = "gate_passes=4" if temperature > 0 else "gate_passes=1"
+    cfg = tiny_config(f"agent_temperature={temperature}", passes, "concurrency=2")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    _attempt(ws, cfg, salt=1, units=1, kill_at=30)
+    first = _outcomes(ws, "train_init", completed=True)
+    assert 0 < len(first) < 24, "the kill should leave some of the 24 rollouts completed"
+    second = _attempt(ws, cfg, salt=2, units=1)
+    on_record = _outcomes(ws, "train_init")
+    assert len(on_record) == 24
+    state = json.loads((ws / "state.json").read_text())
+    assert state["correctness"] == on_record
+    (run,) = _rows(ws, "SELECT accuracy, n_rollouts FROM runs WHERE run_id = 'train_init'")
+    assert run["n_rollouts"] == 24
+    assert state["eval_prev_acc"] == pytest.approx(run["accuracy"])
+    assert state["eval_prev_acc"] == pytest.approx(sum(map(bool, on_record.values())) / 24)
+    alone = new_workspace(tmp_path / "alone", cfg)
+    full = _attempt(alone, cfg, salt=2, units=1)
+    if temperature > 0:
+        # every row rolled out again (a kept row would over-represent quick answers): the
+        # second attempt made the calls of an uninterrupted init, and its draws are on record
+        assert second.calls == full.calls
+        assert on_record == _outcomes(alone, "train_init")
+        assert any(on_record[q] != c for q, c in first.items())  # the salt drew other answers
+    else:
+        # the completed rollouts were resumed, not run again; at temperature 0 they are what a
+        # re-run answers
+        assert second.calls < full.calls
+        assert first.items() <= on_record.items()
+        assert on_record == _outcomes(alone, "train_init")
+
+
+def test_a_gate_killed_and_re_run_with_another_candidate_keeps_only_its_rows(
+    tmp_path: Path,
+) -> None:
+    """Temperature 0: the evolver (a real server, another sample) wrote another candidate for
+    the same gate run; the killed attempt's candidate rows are deleted, so the gate's evidence
+    and the rows on record are the same outcomes."""
+    cfg = tiny_config("sim.profile=realistic", "gate_passes=1", "concurrency=2")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    questions = load_dataset(cfg).by_id().values()
+    cand_runs = {
+        f"train_e0_s0_gate_{skill_file_name(t).removesuffix('.md')}_cand"
+        for t in {q.task_type for q in questions}
+    }
+    watch = frozenset(
+        rollout_seed(run, q.question_id, rep) for run in cand_runs for q in questions
+        for rep in range(4)
+    )  # fmt: skip
+    _attempt(ws, cfg, salt=1, units=1)  # init
+    _attempt(ws, cfg, salt=1, units=1, kill_at=12, watch=watch)  # killed in a candidate arm
+    killed = {
+        r["run_id"]: r["meta"]
+        for r in _rows(ws, "SELECT run_id, meta FROM runs WHERE run_id LIKE '%\\_cand' ESCAPE '\\'")
+    }
+    assert killed, "the kill should land in a gate's candidate arm"
+    stale = {run: _outcomes(ws, run, completed=True) for run in killed}
+    assert any(stale.values()), "some candidate rollouts should have completed before the kill"
+    _attempt(ws, cfg, salt=2, units=1)
+    after = {
+        r["run_id"]: r["meta"]
+        for r in _rows(ws, "SELECT run_id, meta FROM runs WHERE run_id IN "
+                           f"({', '.join(repr(k) for k in killed)})")
+    }  # fmt: skip
+    changed = [run for run in killed if after.get(run) != killed[run]]
+    assert changed, "the re-run should have gated another candidate under the same run id"
+    evidence = _rows(
+        ws,
+        "SELECT gate_run_id, question_id, replicate, candidate FROM gate_evidence "
+        "WHERE row_kind = 'question' AND candidate IS NOT NULL",
+    )
+    checked = 0
+    for run in changed:
+        gate = run.removesuffix("_cand")
+        rows = {
+            (r["question_id"], r["replicate"]): r["correct"]
+            for r in _rows(
+                ws,
+                "SELECT question_id, replicate, correct FROM predictions WHERE run_id = ?",
+                [run],
+            )
+        }
+        for e in evidence:
+            if e["gate_run_id"] == gate and (e["question_id"], e["replicate"]) in rows:
+                assert bool(rows[(e["question_id"], e["replicate"])]) == bool(e["candidate"])
+                checked += 1
+    assert checked > 0
