@@ -26,7 +26,8 @@ from trm_assets.domain.question import skill_file_name
 from trm_assets.harness.data.dataset import load_dataset
 from trm_assets.harness.loop.context import loop_context
 from trm_assets.harness.loop.runner import train
-from trm_assets.harness.storage.runlog import RunLogReader
+from trm_assets.harness.storage.integrity import check_workspace
+from trm_assets.harness.storage.runlog import RunLog, RunLogReader
 from trm_assets.llm.factory import build_providers
 from trm_assets.llm.protocol import ChatResponse, LLMProvider, Message, ToolSpec, Usage
 from trm_assets_tests.tiny import new_workspace, tiny_config
@@ -136,6 +137,7 @@ def test_a_killed_init_decides_on_the_rows_on_record(tmp_path: Path, temperature
     assert run["n_rollouts"] == 24
     assert state["eval_prev_acc"] == pytest.approx(run["accuracy"])
     assert state["eval_prev_acc"] == pytest.approx(sum(map(bool, on_record.values())) / 24)
+    assert check_workspace(ws).ok, check_workspace(ws).problems
     alone = new_workspace(tmp_path / "alone", cfg)
     full = _attempt(alone, cfg, salt=2, units=1)
     if temperature > 0:
@@ -207,3 +209,42 @@ def test_a_gate_killed_and_re_run_with_another_candidate_keeps_only_its_rows(
                 assert bool(rows[(e["question_id"], e["replicate"])]) == bool(e["candidate"])
                 checked += 1
     assert checked > 0
+    assert check_workspace(ws).ok, check_workspace(ws).problems
+
+
+def test_check_finds_rows_that_are_not_what_the_loop_decided_on(tmp_path: Path) -> None:
+    """`trm check` compares what the checkpoint and the gates quote with the rows on record:
+    a workspace re-run the old way (the killed attempt's first rows kept) is a problem, named."""
+    cfg = tiny_config("agent_temperature=1.0", "concurrency=2")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    _attempt(ws, cfg, salt=1, units=2)  # init, step e0 s0 (with gates)
+    assert check_workspace(ws).ok, check_workspace(ws).problems
+    with RunLog.open(ws / "runs.duckdb") as log, log.transaction() as con:
+        # what the old re-run left: other outcomes on record than the ones decided on
+        con.execute("UPDATE predictions SET correct = NOT correct WHERE run_id = 'train_init' "
+                    "AND question_id IN (SELECT min(question_id) FROM predictions "
+                    "WHERE run_id = 'train_init')")  # fmt: skip
+        con.execute("UPDATE runs SET accuracy = (SELECT avg(CASE WHEN correct THEN 1.0 ELSE 0.0 "
+                    "END) FROM predictions WHERE run_id = 'train_init') "
+                    "WHERE run_id = 'train_init'")  # fmt: skip
+        (gate,) = con.execute(
+            "SELECT min(gate_run_id) FROM gate_evidence WHERE row_kind = 'question' "
+            "AND candidate IS NOT NULL AND NOT coalesce(candidate_imputed, false)"
+        ).fetchone() or (None,)
+        assert gate is not None
+        keys = con.execute(
+            "SELECT question_id, replicate FROM gate_evidence WHERE gate_run_id = ? "
+            "AND row_kind = 'question' AND candidate IS NOT NULL "
+            "AND NOT coalesce(candidate_imputed, false) ORDER BY position LIMIT 2",
+            [gate],
+        ).fetchall()
+        for qid, rep in keys:
+            con.execute(
+                "UPDATE predictions SET correct = NOT correct WHERE run_id = ? "
+                "AND question_id = ? AND replicate = ?",
+                [f"{gate}_cand", qid, rep],
+            )
+    problems = check_workspace(ws).problems
+    init = [p for p in problems if "'train_init'" in p and "rows on record give" in p]
+    assert init and any("seed_eval" in p for p in init), problems
+    assert any(f"gate {gate!r}: 2 candidate outcome(s)" in p for p in problems), problems

@@ -239,11 +239,13 @@ def _check_run_log(
                 )
             rows = reader.query(
                 "SELECT r.run_id, r.status, r.n_rollouts, r.skills_version, r.prompts_version, "
+                "r.accuracy, "
                 "(SELECT count(*) FROM predictions p WHERE p.run_id = r.run_id) AS n_pred "
                 "FROM runs r"
             )
             runs = {str(r["run_id"]) for r in rows}
             n_pred = reader.query("SELECT count(*) AS n FROM predictions")[0]["n"]
+            evidence = _evidence_off_record(reader)
         except TrmError as e:
             report.problems.append(str(e))
             return
@@ -257,7 +259,15 @@ def _check_run_log(
         )
     if manifest.workspace_id is None or stored in (None, manifest.workspace_id):  # not foreign
         mark = state.workspace_mark if state is not None else {}
-        _check_runs_agree(path, manifest, mark, {str(r["run_id"]): r for r in rows}, report)
+        by_id = {str(r["run_id"]): r for r in rows}
+        _check_runs_agree(path, manifest, mark, by_id, report)
+        _check_quoted_accuracies(path, manifest, state, by_id, report)
+        for gate, n in evidence:
+            report.problems.append(
+                f"{path}: gate {gate!r}: {n} candidate outcome(s) of its evidence differ from "
+                f"the rows of run {gate + '_cand'!r} (the rows on record are not what the gate "
+                "decided on: a unit re-run after a kill kept its killed attempt's rows)"
+            )
     report.checked["runs"] = len(runs)
     report.checked["predictions"] = int(n_pred)
 
@@ -318,6 +328,67 @@ def _check_runs_agree(
                 f"{path}: run {run_id!r} evaluated {logged[0]}/{logged[1]} by table runs, but "
                 f"manifest.json ({role}) says {said[0]}/{said[1]}"
             )
+
+
+def _evidence_off_record(reader: RunLogReader) -> list[tuple[str, int]]:
+    """Gates whose evidence names a candidate outcome (not imputed) that the candidate run's row
+    of that question and replicate does not hold: gate → how many."""
+    tables = reader.query(
+        "SELECT table_name FROM information_schema.tables WHERE table_name = 'gate_evidence'"
+    )
+    if not tables:
+        return []
+    rows = reader.query(
+        "SELECT e.gate_run_id AS gate, count(*) AS n FROM gate_evidence e JOIN predictions p "
+        "ON p.run_id = e.gate_run_id || '_cand' AND p.question_id = e.question_id "
+        "AND p.replicate = e.replicate "
+        "WHERE e.row_kind = 'question' AND e.candidate IS NOT NULL "
+        "AND NOT coalesce(e.candidate_imputed, false) AND p.correct IS NOT NULL "
+        "AND p.correct <> e.candidate GROUP BY e.gate_run_id ORDER BY e.gate_run_id"
+    )
+    return [(str(r["gate"]), int(r["n"])) for r in rows]
+
+
+def _check_quoted_accuracies(
+    path: Path,
+    manifest: Manifest,
+    state: TrainState | None,
+    runs: Mapping[str, Mapping[str, Any]],
+    report: CheckReport,
+) -> None:
+    """Every validation accuracy the checkpoint or the manifest quotes for a run (the seed
+    evaluation, the latest evaluation, R and R2, each epoch's, the best's) is the accuracy of
+    that run's rows on record (``finish_run`` computes it from them), for runs that finished."""
+    quoted: list[tuple[str, str, float | None]] = []
+    best = manifest.best
+    if best is not None and best.run_id is not None:
+        quoted.append(("manifest.json (the best)", best.run_id, best.val_accuracy))
+    if state is not None:
+        if state.seed_eval is not None:
+            quoted.append(("state.json (seed_eval)", state.seed_eval.run_id,
+                           state.seed_eval.val_accuracy))  # fmt: skip
+        if state.eval_prev_run_id:
+            quoted.append(("state.json (eval_prev)", state.eval_prev_run_id, state.eval_prev_acc))
+        for ref in (state.slow.r, state.slow.r2.r2 if state.slow.r2 else None):
+            if ref is not None:
+                quoted.append(("state.json (slow)", ref.run_id, ref.accuracy))
+        for h in state.history:
+            if h.val_run_id:
+                quoted.append((f"state.json (epoch {h.epoch})", h.val_run_id, h.val_accuracy))
+    off: dict[tuple[str, float], list[str]] = {}  # (run, quoted accuracy) → who quotes it
+    for who, run_id, acc in quoted:
+        row = runs.get(run_id)
+        if acc is None or row is None or row["status"] != "done" or row["accuracy"] is None:
+            continue
+        if abs(float(row["accuracy"]) - float(acc)) > 1e-9:
+            off.setdefault((run_id, float(acc)), []).append(who)
+    for (run_id, acc), quoters in off.items():
+        logged = float(runs[run_id]["accuracy"])
+        report.problems.append(
+            f"{path}: {', '.join(quoters)} quote(s) accuracy {acc:.4f} for run {run_id!r}, but its "
+            f"rows on record give {logged:.4f} (the rows are not the outcomes the loop decided "
+            "on: a unit re-run after a kill kept its killed attempt's rows)"
+        )
 
 
 # ------------------------------------------------------------------------------------------------
