@@ -11,26 +11,27 @@ import shutil
 from pathlib import Path
 
 from trm_assets.domain.probation import ProbationVerdict
+from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.loop.context import loop_context
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.runner import current_action, run_action, train
 from trm_assets.harness.storage.checkpoint import load_state, save_state
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.harness.loop.conftest import new_workspace, tiny_config
+from trm_assets_tests.tiny import new_workspace, tiny_config
 
 SETTLE = Action("slow_update", epoch=0, slow_step=4)
 DEFER = ProbationVerdict.DEFER.value
 
 
-def _to_settlement(ws: Path, cfg: object) -> None:
+def _to_settlement(ws: Path, cfg: RunConfig) -> None:
     """Train up to (not through) epoch 0's probation settlement."""
-    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[attr-defined]
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         while current_action(ctx) != SETTLE:
             train(ctx, max_units=1)
 
 
-def _settle(ws: Path, cfg: object) -> dict[str, str]:
-    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[attr-defined]
+def _settle(ws: Path, cfg: RunConfig) -> dict[str, str]:
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         run_action(ctx, SETTLE)
         state = load_state(ctx.paths.state, ctx.cfg)
     assert state is not None and state.slow.probations is not None
