@@ -180,6 +180,7 @@ def test_a_gate_killed_and_re_run_with_another_candidate_keeps_only_its_rows(
     assert killed, "the kill should land in a gate's candidate arm"
     stale = {run: _outcomes(ws, run, completed=True) for run in killed}
     assert any(stale.values()), "some candidate rollouts should have completed before the kill"
+    (killed_at,) = _rows(ws, "SELECT max(created_at) AS t FROM predictions")
     _attempt(ws, cfg, salt=2, units=1)
     after = {
         r["run_id"]: r["meta"]
@@ -188,6 +189,13 @@ def test_a_gate_killed_and_re_run_with_another_candidate_keeps_only_its_rows(
     }  # fmt: skip
     changed = [run for run in killed if after.get(run) != killed[run]]
     assert changed, "the re-run should have gated another candidate under the same run id"
+    marks = ", ".join("?" for _ in changed)
+    kept = _rows(
+        ws,
+        f"SELECT count(*) AS n FROM predictions WHERE run_id IN ({marks}) AND created_at <= ?",
+        [*changed, killed_at["t"]],
+    )[0]["n"]
+    assert kept == 0, f"{kept} row(s) of the killed candidate kept under the new candidate's run"
     evidence = _rows(
         ws,
         "SELECT gate_run_id, question_id, replicate, candidate FROM gate_evidence "
@@ -248,3 +256,73 @@ def test_check_finds_rows_that_are_not_what_the_loop_decided_on(tmp_path: Path) 
     init = [p for p in problems if "'train_init'" in p and "rows on record give" in p]
     assert init and any("seed_eval" in p for p in init), problems
     assert any(f"gate {gate!r}: 2 candidate outcome(s)" in p for p in problems), problems
+
+
+def test_init_re_run_at_temperature_one_rebuilds_its_ladder_and_best(tmp_path: Path) -> None:
+    """Init's barrier done, its checkpoint lost (a kill before it landed): the re-run draws other
+    outcomes, and the cold ladder and the best are built from those, not from the first draws
+    (folding the same run into the old ladder again was a no-op; the best was kept)."""
+    cfg = tiny_config("agent_temperature=1.0", "concurrency=2")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    _attempt(ws, cfg, salt=1, units=1)
+    first = _outcomes(ws, "train_init")
+    (ws / "state.json").unlink()
+    _attempt(ws, cfg, salt=2, units=1)
+    rows = _outcomes(ws, "train_init")
+    assert rows != first  # another sample
+    ladder = json.loads((ws / "ladder.json").read_text())
+    observed = {e[0]: e[2] > 0.5 for e in ladder["entries"]}  # one observation: p̂ above ½ = right
+    assert observed == {q: bool(c) for q, c in rows.items()}
+    best = json.loads((ws / "manifest.json").read_text())["best"]
+    assert best["run_id"] == "train_init"
+    assert best["val_accuracy"] == pytest.approx(sum(map(bool, rows.values())) / len(rows))
+    assert check_workspace(ws).ok, check_workspace(ws).problems
+
+
+def test_a_run_being_re_run_is_not_left_done_with_its_old_counts(tmp_path: Path) -> None:
+    """The re-run deletes the rows it will not use at once; a kill before its first rows land
+    must not leave the run "done" with the deleted rows' counts."""
+    cfg = tiny_config("agent_temperature=1.0", "concurrency=2")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    _attempt(ws, cfg, salt=1, units=1)
+    (ws / "state.json").unlink()
+    providers = build_providers(cfg.provider_spec())
+    with loop_context(ws, cfg, providers) as ctx:
+        assert ctx._reconcile_earlier("train_init", {}) is False  # what the barrier does first
+    (run,) = _rows(ws, "SELECT status, n_rollouts, accuracy FROM runs WHERE run_id = 'train_init'")
+    assert run == {"status": "running", "n_rollouts": None, "accuracy": None}
+    assert not _outcomes(ws, "train_init")
+    assert check_workspace(ws).ok, check_workspace(ws).problems
+
+
+def test_a_step_re_run_keeps_no_evidence_of_the_killed_attempts_gates(tmp_path: Path) -> None:
+    """Temperature 1, a step killed in a gate's candidate arm after an earlier block's evidence
+    landed; the re-run draws other outcomes and decides its gates in other blocks (or not at
+    all): every gate's evidence is the re-run's, as the step report says."""
+    cfg = tiny_config("agent_temperature=1.0", "concurrency=2", "gate_block=4")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    questions = load_dataset(cfg).by_id().values()
+    cand_runs = {
+        f"train_e0_s0_gate_{skill_file_name(t).removesuffix('.md')}_cand"
+        for t in {q.task_type for q in questions}
+    }
+    watch = frozenset(
+        rollout_seed(run, q.question_id, rep) for run in cand_runs for q in questions
+        for rep in range(8)
+    )  # fmt: skip
+    _attempt(ws, cfg, salt=1, units=1)  # init
+    _attempt(ws, cfg, salt=1, units=1, kill_at=16, watch=watch)
+    before = _rows(ws, "SELECT DISTINCT gate_run_id FROM gate_evidence")
+    assert before, "the kill should come after a block's evidence landed"
+    _attempt(ws, cfg, salt=6, units=1)
+    reports = {
+        r["gate_run_id"]: r["blocks"]
+        for r in _rows(
+            ws, "SELECT gate_run_id, blocks FROM step_report WHERE gate_run_id IS NOT NULL"
+        )
+    }
+    evidence = {
+        r["gate_run_id"]: r["b"] + 1
+        for r in _rows(ws, "SELECT gate_run_id, max(block) AS b FROM gate_evidence GROUP BY 1")
+    }
+    assert evidence == {g: b for g, b in reports.items() if b}

@@ -38,7 +38,7 @@ from typing import Any
 from trm_assets.domain.batching import make_batches
 from trm_assets.domain.edits import edit_budget_at, rejected_entries
 from trm_assets.domain.gate import Verdict
-from trm_assets.domain.ladder import ladder_for, update_ladder
+from trm_assets.domain.ladder import ladder_for, new_ladder, update_ladder
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, Question, skill_file_name
 from trm_assets.domain.run_level import RunErrorParams, gate_params_for
 from trm_assets.evolution.diagnosis import RunLogPort, load_diagnose_prompts, run_diagnosis
@@ -61,11 +61,7 @@ from trm_assets.harness.loop.gate import (
 from trm_assets.harness.loop.rollouts import InferenceResult
 from trm_assets.harness.loop.session import UnitSession
 from trm_assets.harness.storage.checkpoint import Probation, TrainState
-from trm_assets.harness.storage.ladder_store import (
-    load_or_new_ladder,
-    load_written_ladder,
-    save_ladder,
-)
+from trm_assets.harness.storage.ladder_store import load_written_ladder, save_ladder
 from trm_assets.harness.storage.observation import write_rows
 from trm_assets.harness.storage.records import (
     EpochCounters,
@@ -196,11 +192,15 @@ def initialize_training(s: UnitSession) -> SeedEval:
     outcomes = outcomes_by_qid(res)
     state.correctness.update(outcomes)
     tasks = {q: ctx.questions[q].task_type for q in ctx.pools.validation}
-    ladder = load_or_new_ladder(paths.ladder, tasks, ctx.ladder_params())
+    # A new ladder and this run's best, not what a killed attempt of init left: its re-run may
+    # have drawn other outcomes (a real server at temperature > 0), and folding the same run
+    # into the old ladder again is a no-op
+    ladder = new_ladder(tasks, ctx.ladder_params())
     save_ladder(paths.ladder, update_ladder(ladder, run_id, outcomes))
     state.eval_prev_acc, state.eval_prev_run_id = res.accuracy, run_id
     state.baseline_skills_version, state.baseline_prompts_version = sv, pv
-    if read_best(ctx.workspace) is None:
+    best = read_best(ctx.workspace)
+    if best is None or best.run_id == run_id:
         update_best(ctx.workspace, skills=sv, prompts=pv, val_accuracy=res.accuracy, run_id=run_id)
     state.seed_eval = SeedEval(
         run_id=run_id,

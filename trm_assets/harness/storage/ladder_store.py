@@ -18,7 +18,6 @@ from trm_assets.domain.ladder import (
     ladder_from_dict,
     ladder_pool_fingerprint,
     ladder_to_dict,
-    new_ladder,
 )
 from trm_assets.harness.storage.atomic import atomic_write_json, read_json_object
 
@@ -33,11 +32,6 @@ def load_ladder(path: Path, validation: Mapping[str, str], params: LadderParams)
         expected_pool_fingerprint=ladder_pool_fingerprint(validation, params),
         source=str(path),
     )
-
-
-def load_or_new_ladder(path: Path, validation: Mapping[str, str], params: LadderParams) -> Ladder:
-    existing = load_ladder(path, validation, params)
-    return existing if existing is not None else new_ladder(validation, params)
 
 
 def save_ladder(path: Path, ladder: Ladder) -> None:

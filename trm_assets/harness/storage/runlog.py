@@ -894,6 +894,14 @@ class RunLog(_Queries):
                 f"SELECT count(*) FROM predictions WHERE {where}", params
             ).fetchone() or (0,)
             con.execute(f"DELETE FROM predictions WHERE {where}", params)
+            # the run is being re-run: its counts are of rows no longer all there (a kill before
+            # the re-run's first rows land must not leave it "done")
+            con.execute(
+                "UPDATE runs SET status = 'running', n_rollouts = NULL, n_correct = NULL, "
+                "n_task_failures = NULL, n_infra_failures = NULL, accuracy = NULL, "
+                "prompt_tokens = NULL, completion_tokens = NULL WHERE run_id = ?",
+                [run_id],
+            )
         with self._buf_lock:
             self._recent.pop(run_id, None)
         return int(n)
