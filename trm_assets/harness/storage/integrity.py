@@ -9,13 +9,18 @@ without stopping at the first problem:
 * the pointers: every version the manifest and the checkpoint refer to exists and is intact;
 * ``state.json``: a complete checkpoint of this code's format;
 * the run log: present once runs were recorded, readable, of this workspace (identity), and
-  holding every run the checkpoint refers to;
+  holding every run the checkpoint refers to; every accuracy the checkpoint and the manifest
+  quote, and every gate's candidate outcomes, equal the rows on record;
 * ``pools.json``, ``ladder.json`` (its fingerprint, and that it covers the validation pool) and
   every ``baseline_cache/*.json``.
 
 Notes (not problems) say what is expected after an interruption: a version newer than the
 checkpoint's mark (rolled back by the next unit), a temp directory of a killed write, a workspace
 in use by another process.
+
+Why it is long: it is the one read-only check of the whole workspace, one short function per
+file it reads, and every check must run even after another failed; split across modules, the
+report's order and its "ok" would be assembled in several places.
 """
 
 from __future__ import annotations
