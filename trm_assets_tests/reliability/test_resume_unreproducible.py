@@ -326,3 +326,24 @@ def test_a_step_re_run_keeps_no_evidence_of_the_killed_attempts_gates(tmp_path: 
         for r in _rows(ws, "SELECT gate_run_id, max(block) AS b FROM gate_evidence GROUP BY 1")
     }
     assert evidence == {g: b for g, b in reports.items() if b}
+    quads = {r["g"] for r in _rows(ws, "SELECT DISTINCT gate_run_id AS g FROM quadrant_pair")}
+    assert quads <= set(evidence), quads
+
+
+def test_a_step_run_for_the_first_time_does_not_flush_when_it_opens(tmp_path: Path) -> None:
+    """The purge of a killed attempt's evidence costs a step nothing when there was no killed
+    attempt: a flush at the open would wait for the previous unit's checkpoint still landing
+    (docs/decision-commit-behind.md)."""
+    cfg = tiny_config("concurrency=2")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    _attempt(ws, cfg, salt=1, units=1)  # init
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        log = ctx.log
+        flushes = []
+        real = log.flush
+        log.flush = lambda: flushes.append(1) or real()  # type: ignore[method-assign]
+        ctx.forget_killed_gates("train_e0_s0_gate_")
+        assert flushes == []
+        ctx._earlier = {**(ctx._earlier or {}), "train_e0_s0_gate_x_cand": {}}  # a killed attempt
+        ctx.forget_killed_gates("train_e0_s0_gate_")
+        assert flushes == [1]

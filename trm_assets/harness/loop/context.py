@@ -429,13 +429,13 @@ class LoopContext:
         log.discard_rows(run_id, other)
         return True
 
-    def forget_killed_gates(self, prefix: str, epoch: int, step: int) -> None:
+    def forget_killed_gates(self, prefix: str) -> None:
         """A step re-run after a kill: delete the observation rows its killed attempt's gates
-        left (``gate_evidence``, ``quadrant_pair`` of the gate runs starting with ``prefix``, the
-        step's ``step_report``). The re-run writes its own; a gate it does not reach again, or
-        reaches with fewer blocks, would otherwise keep the killed attempt's evidence. Only
-        when a run of this step was on record when the process opened the run log: a step run
-        for the first time reads and writes nothing here."""
+        left (``gate_evidence``, ``quadrant_pair`` of the gate runs starting with ``prefix``).
+        The re-run writes its own; a gate it does not reach again, or reaches with fewer
+        blocks, would otherwise keep the killed attempt's evidence. Only when a run of this
+        step was on record when the process opened the run log: a step run for the first time
+        reads and writes nothing here (no flush waiting for a checkpoint still landing)."""
         log = self.log
         if not any(r.startswith(prefix) for r in self._earlier or {}):
             return
@@ -443,7 +443,6 @@ class LoopContext:
         with log.transaction() as con:
             for table in ("gate_evidence", "quadrant_pair"):
                 con.execute(f"DELETE FROM {table} WHERE starts_with(gate_run_id, ?)", [prefix])
-            con.execute("DELETE FROM step_report WHERE epoch = ? AND step = ?", [epoch, step])
 
     def _longest_first(self, specs: Sequence[RolloutSpec]) -> list[int] | None:
         """The order to start a barrier's rollouts in when they outnumber the slots: the longest

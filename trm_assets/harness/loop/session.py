@@ -99,7 +99,7 @@ def open_session(ctx: LoopContext, action: Action, *, echo: Echo | None = None) 
     state = open_unit(ctx.workspace, paths.state, ctx.cfg, paths.baseline_cache, prefix)
     require_action(ctx, state, action)
     if action.kind == "step":
-        ctx.forget_killed_gates(prefix, action.epoch or 0, action.step or 0)
+        ctx.forget_killed_gates(prefix)
     record_decision_config(paths.state, ctx.cfg)  # after the drift warning named the old values
     return UnitSession(ctx, action, state, echo)
 
