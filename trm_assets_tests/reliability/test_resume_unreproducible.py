@@ -23,6 +23,7 @@ import pytest
 
 from trm_assets.agent.loop import rollout_seed
 from trm_assets.domain.question import skill_file_name
+from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.data.dataset import load_dataset
 from trm_assets.harness.loop.context import loop_context
 from trm_assets.harness.loop.runner import train
@@ -86,7 +87,7 @@ class Unreproducible:
 
 def _attempt(
     ws: Path,
-    cfg: Any,
+    cfg: RunConfig,
     salt: int,
     *,
     units: int,
@@ -105,6 +106,19 @@ def _attempt(
             with pytest.raises(Killed):
                 train(ctx, max_units=units)
     return agent
+
+
+def _candidate_seeds(cfg: RunConfig) -> frozenset[int]:
+    """The sample indices of every rollout the gates of step e0 s0 may run in a candidate arm
+    (any question, replicates 0–7): what :class:`Unreproducible` watches to kill in one."""
+    questions = load_dataset(cfg).by_id().values()
+    runs = {
+        f"train_e0_s0_gate_{skill_file_name(t).removesuffix('.md')}_cand"
+        for t in {q.task_type for q in questions}
+    }
+    return frozenset(
+        rollout_seed(run, q.question_id, rep) for run in runs for q in questions for rep in range(8)
+    )
 
 
 def _rows(ws: Path, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
@@ -162,15 +176,7 @@ def test_a_gate_killed_and_re_run_with_another_candidate_keeps_only_its_rows(
     and the rows on record are the same outcomes."""
     cfg = tiny_config("sim.profile=realistic", "gate_passes=1", "concurrency=2")
     ws = new_workspace(tmp_path / "ws", cfg)
-    questions = load_dataset(cfg).by_id().values()
-    cand_runs = {
-        f"train_e0_s0_gate_{skill_file_name(t).removesuffix('.md')}_cand"
-        for t in {q.task_type for q in questions}
-    }
-    watch = frozenset(
-        rollout_seed(run, q.question_id, rep) for run in cand_runs for q in questions
-        for rep in range(4)
-    )  # fmt: skip
+    watch = _candidate_seeds(cfg)
     _attempt(ws, cfg, salt=1, units=1)  # init
     _attempt(ws, cfg, salt=1, units=1, kill_at=12, watch=watch)  # killed in a candidate arm
     killed = {
@@ -301,15 +307,7 @@ def test_a_step_re_run_keeps_no_evidence_of_the_killed_attempts_gates(tmp_path: 
     all): every gate's evidence is the re-run's, as the step report says."""
     cfg = tiny_config("agent_temperature=1.0", "concurrency=2", "gate_block=4")
     ws = new_workspace(tmp_path / "ws", cfg)
-    questions = load_dataset(cfg).by_id().values()
-    cand_runs = {
-        f"train_e0_s0_gate_{skill_file_name(t).removesuffix('.md')}_cand"
-        for t in {q.task_type for q in questions}
-    }
-    watch = frozenset(
-        rollout_seed(run, q.question_id, rep) for run in cand_runs for q in questions
-        for rep in range(8)
-    )  # fmt: skip
+    watch = _candidate_seeds(cfg)
     _attempt(ws, cfg, salt=1, units=1)  # init
     _attempt(ws, cfg, salt=1, units=1, kill_at=16, watch=watch)
     before = _rows(ws, "SELECT DISTINCT gate_run_id FROM gate_evidence")
