@@ -345,3 +345,29 @@ def test_a_step_run_for_the_first_time_does_not_flush_when_it_opens(tmp_path: Pa
         ctx._earlier = {**(ctx._earlier or {}), "train_e0_s0_gate_x_cand": {}}  # a killed attempt
         ctx.forget_killed_gates("train_e0_s0_gate_")
         assert flushes == [1]
+
+
+def test_the_epoch_counts_the_infra_failures_of_its_runs_only(tmp_path: Path) -> None:
+    """A gate of the killed attempt that the re-run never reaches keeps its rows (not in the
+    manifest's history, which the re-run rolled back): its infra failures are not the epoch's.
+    Found with HTTP faults on a quarter of the calls: the report said 54, the runs the history
+    records hold 49, the orphan gate runs 5."""
+    cfg = tiny_config(
+        "agent_temperature=1.0", "concurrency=2", "gate_block=4",
+        "sim.fault_http_5xx_rate=0.25", "infra_outage_rate=1.0",
+    )  # fmt: skip
+    ws = new_workspace(tmp_path / "ws", cfg)
+    _attempt(ws, cfg, salt=1, units=1)  # init
+    _attempt(ws, cfg, salt=1, units=1, kill_at=16, watch=_candidate_seeds(cfg))
+    _attempt(ws, cfg, salt=7, units=100)  # to the end
+    history = {h["run_id"] for h in json.loads((ws / "manifest.json").read_text())["history"]}
+    runs = _rows(
+        ws, "SELECT run_id, n_infra_failures AS n FROM runs WHERE run_id LIKE 'train_e0_%'"
+    )
+    orphans = {r["run_id"]: r["n"] for r in runs if r["run_id"] not in history}
+    assert sum(n or 0 for n in orphans.values()) > 0, (
+        f"no orphan run with infra failures: {orphans}"
+    )
+    recorded = sum(r["n"] or 0 for r in runs if r["run_id"] in history)
+    state = json.loads((ws / "state.json").read_text())
+    assert state["history"][0]["infra_failures"] == recorded

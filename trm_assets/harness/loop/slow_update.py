@@ -678,12 +678,21 @@ def report_epoch(s: UnitSession) -> EpochReportOutcome:
 
 
 def _infra_failures(ctx: LoopContext, epoch: int) -> int:
-    """Infrastructure-failed rollouts of the epoch's runs (steps, gates, R, R2)."""
+    """Infrastructure-failed rollouts of the epoch's runs (steps, gates, R, R2): those the
+    manifest's history records, not every run id of the epoch on record — a killed unit's
+    attempt may have left a gate run its re-run never reached (the history was rolled back
+    past it; its rows stay, docs/decision-resume-a-killed-barrier.md)."""
+    prefix = f"{ctx.base}_e{epoch}_"
+    history = read_manifest(ctx.workspace).history
+    runs = sorted({h.run_id for h in history if h.run_id.startswith(prefix)})
+    if not runs:
+        return 0
     ctx.log.flush()
     with RunLogReader.open(ctx.paths.run_db) as reader:
         rows = reader.query(
-            "SELECT coalesce(sum(n_infra_failures), 0) AS n FROM runs WHERE run_id GLOB ?",
-            [f"{ctx.base}_e{epoch}_*"],
+            "SELECT coalesce(sum(n_infra_failures), 0) AS n FROM runs "
+            "WHERE list_contains(?, run_id)",
+            [runs],
         )
     return int(rows[0]["n"]) if rows else 0
 
