@@ -338,10 +338,7 @@ def _check_runs_agree(
 def _evidence_off_record(reader: RunLogReader) -> list[tuple[str, int]]:
     """Gates whose evidence names a candidate outcome (not imputed) that the candidate run's row
     of that question and replicate does not hold: gate → how many."""
-    tables = reader.query(
-        "SELECT table_name FROM information_schema.tables WHERE table_name = 'gate_evidence'"
-    )
-    if not tables:
+    if not reader.has_table("gate_evidence"):
         return []
     rows = reader.query(
         "SELECT e.gate_run_id AS gate, count(*) AS n FROM gate_evidence e JOIN predictions p "

@@ -256,10 +256,7 @@ def read_rows(
     if table not in OBS_DDL:
         raise ValueError(f"unknown observation table {table!r}; expected one of {OBS_TABLES}")
     with RunLogReader.open(run_db) as reader:
-        exists = reader.query(
-            "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = ?", [table]
-        )
-        if not exists or not exists[0]["n"]:
+        if not reader.has_table(table):
             return []
         sql = f"SELECT * FROM {table}" + (f" WHERE {where}" if where else "")
         return reader.query(sql, list(params))

@@ -361,6 +361,15 @@ class _Queries:
                     raise _unreadable_error(self.path, e) from None
                 raise
 
+    def has_table(self, name: str) -> bool:
+        """Whether this database holds table ``name`` (an older log may lack a newer one)."""
+        rows = self.query(
+            "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = ? "
+            "AND database_name = current_database()",
+            [name],
+        )
+        return bool(rows and rows[0]["n"])
+
     def runs(self) -> list[dict[str, Any]]:
         return self.query("SELECT * FROM runs ORDER BY started_at, run_id")
 
@@ -1333,12 +1342,7 @@ class RunLogReader(_Queries):
 
     def workspace_id(self) -> str | None:
         """The identity recorded in the log (None in a log older than identities)."""
-        exists = self.query(
-            "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = ? "
-            "AND database_name = current_database()",
-            [IDENTITY_TABLE],
-        )
-        if not exists[0]["n"]:
+        if not self.has_table(IDENTITY_TABLE):
             return None
         rows = self.query(f"SELECT workspace_id FROM {IDENTITY_TABLE}")
         return str(rows[0]["workspace_id"]) if len(rows) == 1 else None
