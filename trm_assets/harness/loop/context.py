@@ -49,7 +49,7 @@ from trm_assets.harness.loop.rollouts import (
 )
 from trm_assets.harness.storage.observation import prepare_tables
 from trm_assets.harness.storage.pools import build_or_load_pools
-from trm_assets.harness.storage.runlog import RunLog
+from trm_assets.harness.storage.runlog import RunLog, run_meta
 from trm_assets.harness.storage.versions import read_version_files, verify_version
 from trm_assets.harness.storage.workspace import (
     RUN_BASE,
@@ -135,7 +135,7 @@ class LoopContext:
             prepare_tables(self._log)
             if self._earlier is None:  # read before this process writes anything
                 rows = self._log.query("SELECT run_id, meta FROM runs")
-                self._earlier = {str(r["run_id"]): _run_meta(r["meta"]) for r in rows}
+                self._earlier = {str(r["run_id"]): run_meta(r["meta"]) for r in rows}
         return self._log
 
     def flush_log_quietly(self) -> None:
@@ -408,18 +408,19 @@ class LoopContext:
         earlier = self._earlier if self._earlier is not None else {}
         if run_id not in earlier:
             return False
+        resume = not self.cfg.fresh_draws()
         meta = earlier[run_id]
         if meta is None:
-            return not self.cfg.fresh_draws()  # reconciled by an earlier barrier of this run
+            return resume  # reconciled by an earlier barrier of this run
         earlier[run_id] = None
         stored = meta.get("prompt_keys")
         if (
-            self.cfg.fresh_draws()
+            not resume
             or meta.get("decoding") != self.decoding_hash()
             or not isinstance(stored, Mapping)
         ):
             log.discard_rows(run_id)
-            return not self.cfg.fresh_draws()
+            return resume
         on_record = log.query(
             "SELECT DISTINCT task_type FROM predictions WHERE run_id = ?", [run_id]
         )
@@ -670,12 +671,6 @@ def _test_pool_kind(kind: str) -> bool:
     """Runs over the held-out test pool (``holdout``) or a ``trm eval`` (``eval_*``): their
     model-call counts must not order later barriers (:meth:`LoopContext._longest_first`)."""
     return kind == "holdout" or is_eval_command_kind(kind)
-
-
-def _run_meta(text: object) -> Mapping[str, Any]:
-    """A ``runs.meta`` value as a mapping (empty when it holds none)."""
-    meta = json.loads(text) if isinstance(text, str) and text else text
-    return meta if isinstance(meta, Mapping) else {}
 
 
 def _question(spec: RolloutSpec) -> Question:

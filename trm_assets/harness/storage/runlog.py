@@ -880,16 +880,16 @@ class RunLog(_Queries):
                 recent[key[1:]] = (pred, trs)
             return len(self._buffer)
 
-    def discard_rows(self, run_id: str, task_types: Iterable[str] | None = None) -> int:
+    def discard_rows(self, run_id: str, task_types: Iterable[str] | None = None) -> None:
         """Delete the rows of ``run_id`` (only those of ``task_types``, if given) with their
-        traces and flags, now, after what is buffered; returns how many predictions went.
+        traces and flags, now, after what is buffered, and mark the run ``running``.
 
         For the re-run of a run whose earlier attempt's rows are not what the re-run decides
         on (another candidate, another sample): without this, the first row of a key would
         stay on record (inserts keep it) while the re-run's outcome is used."""
         types = None if task_types is None else sorted(set(task_types))
         if types == []:
-            return 0
+            return
         where = "run_id = ?" + (
             "" if types is None else f" AND task_type IN ({', '.join('?' for _ in types)})"
         )
@@ -899,9 +899,6 @@ class RunLog(_Queries):
             keys = f"SELECT {_KEY} FROM predictions WHERE {where}"
             for table in ("traces", "flags"):
                 con.execute(f"DELETE FROM {table} WHERE ({_KEY}) IN ({keys})", params)
-            (n,) = con.execute(
-                f"SELECT count(*) FROM predictions WHERE {where}", params
-            ).fetchone() or (0,)
             con.execute(f"DELETE FROM predictions WHERE {where}", params)
             # the run is being re-run: its counts are of rows no longer all there (a kill before
             # the re-run's first rows land must not leave it "done")
@@ -913,7 +910,6 @@ class RunLog(_Queries):
             )
         with self._buf_lock:
             self._recent.pop(run_id, None)
-        return int(n)
 
     def recent(self, run_id: str) -> RecentRows | None:
         """The rows this writer was given for ``run_id`` (one of the last runs it was given rows
@@ -1359,11 +1355,15 @@ class RunLogReader(_Queries):
         self.close()
 
 
+def run_meta(value: object) -> Mapping[str, Any]:
+    """A ``runs.meta`` value (JSON text, or already parsed) as a mapping; empty when the run
+    recorded none."""
+    meta = json.loads(value) if isinstance(value, str) and value else value
+    return meta if isinstance(meta, Mapping) else {}
+
+
 def run_decoding(row: Mapping[str, Any]) -> str | None:
     """The decoding hash a ``runs`` row recorded (``meta.decoding``: the model and, with the
     simulator, its world), None when it recorded none."""
-    meta = row.get("meta")
-    if isinstance(meta, str):
-        meta = json.loads(meta) if meta else None
-    decoding = meta.get("decoding") if isinstance(meta, Mapping) else None
+    decoding = run_meta(row.get("meta")).get("decoding")
     return decoding if isinstance(decoding, str) else None
