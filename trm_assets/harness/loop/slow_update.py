@@ -236,8 +236,10 @@ def settle_probations(s: UnitSession) -> Mapping[str, ProbationSettlement]:
     for name in sorted(state.probations):
         p = state.probations[name]
         qids = ctx.validation_by_type.get(p.task_type, ())
+        stale = name in _unevaluated_skills_before(state, p.opened_epoch)
         confounded = (
-            p.anchor_default_hash != r_default
+            stale
+            or p.anchor_default_hash != r_default
             or ctx.prompt_files(p.anchor_prompts_version) != r_prompts
         )
         res = probation_verdict(
@@ -247,12 +249,18 @@ def settle_probations(s: UnitSession) -> Mapping[str, ProbationSettlement]:
             params=ctx.probation_params(),
             anchor_run_id=p.anchor_run_id,
         )
+        reason = res.reason
+        if stale:
+            reason += (
+                f" ({name}'s anchor outcomes are of its text before epoch {p.opened_epoch - 1}'s "
+                "momentum guidance: R2 was discarded)"
+            )
         entry = ProbationSettlement(
             verdict=res.verdict.value,
             wins=res.wins,
             losses=res.losses,
             pairs=res.pairs,
-            reason=res.reason,
+            reason=reason,
             edits=len(p.pending_edits),
         )
         if res.verdict is ProbationVerdict.ROLLBACK:
@@ -272,6 +280,25 @@ def settle_probations(s: UnitSession) -> Mapping[str, ProbationSettlement]:
         del state.probations[name]
     state.slow = replace(state.slow, probations=settled)
     return settled
+
+
+def _unevaluated_skills_before(state: TrainState, epoch: int) -> tuple[str, ...]:
+    """The skill files whose text at the start of ``epoch`` no outcome in ``correctness`` came
+    from (the previous epoch's :func:`unevaluated_skills`): a probation opened on one in ``epoch``
+    has an anchor of another text, and is confounded."""
+    for h in state.history:
+        if h.epoch == epoch - 1:
+            return h.unevaluated_skills or ()
+    return ()
+
+
+def unevaluated_skills(momentum: MomentumOutcome, r2: R2Outcome) -> tuple[str, ...]:
+    """Skill files the momentum changed (step 6) that stay changed while R2, the evaluation of
+    their new text, was discarded (step 8: prompts or another type's guidance reverted). Their
+    ``correctness`` still holds R's outcomes, of the text before the guidance."""
+    if not r2.ran or r2.kept:
+        return ()
+    return tuple(sorted(set(momentum.updated) - set(r2.momentum_reverted or ())))
 
 
 # 5 ----------------------------------------------------------------------------------------------
@@ -624,6 +651,10 @@ def report_epoch(s: UnitSession) -> EpochReportOutcome:
             val_expected_accuracy=_val_expected(ctx, m.best.skills, m.best.prompts),
         ),
         early_stopped=state.early_stopped,
+        unevaluated_skills=unevaluated_skills(
+            _need(state.slow.momentum, "momentum"), _need(state.slow.r2, "r2")
+        )
+        or None,
     )
     state.history = (*(h for h in state.history if h.epoch != epoch), summary)
     r2_out = _need(state.slow.r2, "r2")

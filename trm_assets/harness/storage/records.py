@@ -256,6 +256,10 @@ class EpochSummary:
     rollouts: int
     tokens: int
     infra_failures: int
+    # skill files whose current text no outcome in ``correctness`` came from: the momentum changed
+    # them (slow update 6) and R2, which ran them, was discarded without reverting them (8); a
+    # probation opened on one in the next epoch would compare against another text's outcomes
+    unevaluated_skills: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)
