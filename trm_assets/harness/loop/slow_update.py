@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar, Unpack
 
+from trm_assets.agent.messages import active_skill_files
 from trm_assets.domain.edits import edit_budget_end
 from trm_assets.domain.ladder import GATE_RUN_MARK, update_ladder
 from trm_assets.domain.probation import ProbationVerdict, probation_verdict
@@ -236,7 +237,7 @@ def settle_probations(s: UnitSession) -> Mapping[str, ProbationSettlement]:
     for name in sorted(state.probations):
         p = state.probations[name]
         qids = ctx.validation_by_type.get(p.task_type, ())
-        stale = name in _unevaluated_skills_before(state, p.opened_epoch)
+        stale = p.task_type in _unevaluated_types_before(state, p.opened_epoch)
         confounded = (
             stale
             or p.anchor_default_hash != r_default
@@ -252,8 +253,8 @@ def settle_probations(s: UnitSession) -> Mapping[str, ProbationSettlement]:
         reason = res.reason
         if stale:
             reason += (
-                f" ({name}'s anchor outcomes are of its text before epoch {p.opened_epoch - 1}'s "
-                "momentum guidance: R2 was discarded)"
+                f" (the anchor holds {p.task_type}'s outcomes of another text than epoch "
+                f"{p.opened_epoch - 1} left current: R2 was discarded)"
             )
         entry = ProbationSettlement(
             verdict=res.verdict.value,
@@ -282,23 +283,45 @@ def settle_probations(s: UnitSession) -> Mapping[str, ProbationSettlement]:
     return settled
 
 
-def _unevaluated_skills_before(state: TrainState, epoch: int) -> tuple[str, ...]:
-    """The skill files whose text at the start of ``epoch`` no outcome in ``correctness`` came
-    from (the previous epoch's :func:`unevaluated_skills`): a probation opened on one in ``epoch``
-    has an anchor of another text, and is confounded."""
+def _unevaluated_types_before(state: TrainState, epoch: int) -> tuple[str, ...]:
+    """The task types whose ``correctness`` at the start of ``epoch`` came from another text than
+    the one they read (the previous epoch's :func:`unevaluated_types`): a probation opened on one
+    in ``epoch`` has an anchor of another text, and is confounded."""
     for h in state.history:
         if h.epoch == epoch - 1:
-            return h.unevaluated_skills or ()
+            return h.unevaluated_types or ()
     return ()
 
 
-def unevaluated_skills(momentum: MomentumOutcome, r2: R2Outcome) -> tuple[str, ...]:
-    """Skill files the momentum changed (step 6) that stay changed while R2, the evaluation of
-    their new text, was discarded (step 8: prompts or another type's guidance reverted). Their
-    ``correctness`` still holds R's outcomes, of the text before the guidance."""
-    if not r2.ran or r2.kept:
+def unevaluated_types(ctx: LoopContext, state: TrainState) -> tuple[str, ...]:
+    """At the end of a slow update: the task types whose current text (the skills they read by
+    ``skill_mode``, and the prompts) differs from the text their ``correctness`` came from. That
+    is R's, or for a type whose probation rolled back the anchor's (the rollback's version; its
+    default strategy and prompts were R's, else it would have deferred), unless R2 was kept (R2
+    evaluated the current pair). They arise when R2 is discarded (prompts reverted, or another
+    type's guidance reverted) while the momentum's guidance stays current (step 8)."""
+    r2, r = _need(state.slow.r2, "r2"), _need(state.slow.r, "r")
+    if r2.kept:
         return ()
-    return tuple(sorted(set(momentum.updated) - set(r2.momentum_reverted or ())))
+    settled = state.slow.probations or {}
+    rolled = {
+        _task_of(ctx, name): entry.new_skills_version
+        for name, entry in settled.items()
+        if entry.new_skills_version is not None
+    }
+    paths = ctx.paths
+
+    def reads(task_type: str, skills_version: str, prompts_version: str) -> Any:
+        skills = ctx.skills(skills_version)
+        shown = active_skill_files(task_type, skills, ctx.cfg.skill_mode)
+        return {f: skills[f] for f in shown}, ctx.prompt_files(prompts_version)
+
+    return tuple(
+        t
+        for t in sorted(ctx.validation_by_type)
+        if reads(t, rolled.get(t) or r.skills_version, r.prompts_version)
+        != reads(t, paths.skills_version, paths.prompts_version)
+    )
 
 
 # 5 ----------------------------------------------------------------------------------------------
@@ -651,10 +674,7 @@ def report_epoch(s: UnitSession) -> EpochReportOutcome:
             val_expected_accuracy=_val_expected(ctx, m.best.skills, m.best.prompts),
         ),
         early_stopped=state.early_stopped,
-        unevaluated_skills=unevaluated_skills(
-            _need(state.slow.momentum, "momentum"), _need(state.slow.r2, "r2")
-        )
-        or None,
+        unevaluated_types=unevaluated_types(ctx, state) or None,
     )
     state.history = (*(h for h in state.history if h.epoch != epoch), summary)
     r2_out = _need(state.slow.r2, "r2")

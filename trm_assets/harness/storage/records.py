@@ -256,10 +256,11 @@ class EpochSummary:
     rollouts: int
     tokens: int
     infra_failures: int
-    # skill files whose current text no outcome in ``correctness`` came from: the momentum changed
-    # them (slow update 6) and R2, which ran them, was discarded without reverting them (8); a
-    # probation opened on one in the next epoch would compare against another text's outcomes
-    unevaluated_skills: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
+    # task types whose current text (the skills they read, the prompts) no outcome in
+    # ``correctness`` came from: R2, the evaluation of the momentum's guidance, was discarded
+    # (slow update 8) while the guidance stayed; a probation opened on one in the next epoch would
+    # compare against another text's outcomes
+    unevaluated_types: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)

@@ -71,13 +71,13 @@ def test_a_workspace_with_an_old_checkpoint_resumes_to_the_same_end(
     workspace._MANIFEST_CACHE.clear()
     run_to_end(resumed, tiny_config())
     got, want = digest(resumed), digest(ws)
-    if unit >= 20:  # epoch 0's history entry was written before it named unevaluated skills
+    if unit >= 20:  # epoch 0's history entry was written before it named unevaluated types
         got_state = json.loads((resumed / "state.json").read_text())
         want_state = json.loads((ws / "state.json").read_text())
-        assert want_state["history"][0].pop("unevaluated_skills") == [
-            "action-reasoning.md",
-            "information-synopsis.md",
-            "object-reasoning.md",
+        assert want_state["history"][0].pop("unevaluated_types") == [
+            "Action Reasoning",
+            "Information Synopsis",
+            "Object Reasoning",
         ]
         assert got_state == want_state
         del got["state.json"], want["state.json"]

@@ -7,8 +7,11 @@ never set ``confounded`` used to pass."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
+
+import pytest
 
 from trm_assets.domain.probation import ProbationVerdict
 from trm_assets.domain.question import skill_file_name
@@ -16,6 +19,7 @@ from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.loop.context import loop_context
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.runner import current_action, run_action, train
+from trm_assets.harness.loop.slow_update import _unevaluated_types_before
 from trm_assets.harness.storage.checkpoint import TrainState, load_state, save_state
 from trm_assets.llm.factory import build_providers
 from trm_assets_tests.tiny import new_workspace, tiny_config
@@ -77,52 +81,87 @@ def _state_at(ws: Path, cfg: RunConfig, action: Action) -> TrainState:
     return state
 
 
-def test_a_discarded_r2_leaves_the_momentum_text_unevaluated(tmp_path: Path) -> None:
-    """Seed 2's epoch 0: the momentum rewrites three skills, R2 regresses and its prompts are
-    reverted, so R2 is discarded while the three guidance texts stay current. Their types'
-    correctness is R's, of the text before the guidance; the epoch's history names exactly the
-    skill files whose current text differs from the text their outcomes came from (R's, or the
-    anchor a probation rollback restored; read from the version store)."""
-    cfg = tiny_config()
+@pytest.mark.parametrize(
+    ("seed", "skill_mode", "kept", "n_stale"),
+    [(2, "task", False, 3), (1, "all", False, 12), (0, "task", True, 0)],
+)
+def test_the_epoch_names_the_types_whose_outcomes_are_of_another_text(
+    tmp_path: Path, seed: int, skill_mode: str, kept: bool, n_stale: int
+) -> None:
+    """Epoch 0's momentum rewrites skills in each case. Seeds 2 and 1 discard R2 (it regressed;
+    the prompts are reverted) and keep the guidance: the types that read a rewritten skill (its
+    own under ``skill_mode: task``, every type under ``all``) still hold R's outcomes, or a rolled
+    back anchor's, of another text. Seed 0 keeps R2: nothing is stale. The oracle compares each
+    type's prompt key (the loop's reuse key) for the text its outcomes came from with the current
+    one, and checks that a stale type's correctness really is R's."""
+    cfg = tiny_config(f"seed={seed}", f"skill_mode={skill_mode}")
     ws = new_workspace(tmp_path / "ws", cfg)
     state = _state_at(ws, cfg, Action("slow_update", epoch=0, slow_step=10))
     slow = state.slow
     assert slow.r is not None and slow.r2 is not None and slow.r_outcomes is not None
-    assert slow.r2.ran and not slow.r2.kept, "the scenario: R2 ran and was discarded"
-    rolled = {
-        name: settled.new_skills_version
-        for name, settled in (slow.probations or {}).items()
-        if settled.new_skills_version is not None
-    }
+    assert slow.momentum is not None and slow.momentum.updated
+    assert slow.r2.ran and slow.r2.kept is kept
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
-        current = ctx.skills(ctx.paths.skills_version)
-        # the text whose outcomes each file's type holds: R's, or the anchor a rollback restored
-        source = {f: ctx.skills(rolled.get(f, slow.r.skills_version)).get(f) for f in current}
-        by_file = {skill_file_name(t): qids for t, qids in ctx.validation_by_type.items()}
-    changed = tuple(sorted(f for f in current if current[f] != source[f]))
-    assert len(changed) == 3
-    assert state.history[-1].unevaluated_skills == changed
-    for name in set(changed) - set(rolled):  # the type still holds R's outcomes
-        assert {q: state.correctness[q] for q in by_file[name]} == {
-            q: slow.r_outcomes[q] for q in by_file[name]
+        task_of = {skill_file_name(t): t for t in ctx.validation_by_type}
+        rolled = {
+            task_of[name]: settled.new_skills_version
+            for name, settled in (slow.probations or {}).items()
+            if settled.new_skills_version is not None
+        }
+
+        def key(task_type: str, skills_version: str, prompts_version: str) -> str:
+            prompts = json.dumps(ctx.prompt_files(prompts_version), sort_keys=True)
+            return ctx.prompt_key(task_type, ctx.skills(skills_version), prompts)
+
+        def source(task_type: str) -> tuple[str, str]:
+            assert slow.r is not None and slow.r2 is not None
+            if slow.r2.kept and slow.r2.r2 is not None:  # R2's outcomes replaced every type's
+                return slow.r2.r2.skills_version, slow.r2.r2.prompts_version
+            return rolled.get(task_type) or slow.r.skills_version, slow.r.prompts_version
+
+        now = (ctx.paths.skills_version, ctx.paths.prompts_version)
+        stale = tuple(
+            t for t in sorted(ctx.validation_by_type) if key(t, *source(t)) != key(t, *now)
+        )
+        by_type = dict(ctx.validation_by_type)
+    assert len(stale) == n_stale
+    assert state.history[-1].unevaluated_types == (stale or None)
+    for t in set(stale) - set(rolled):  # the type still holds R's outcomes
+        assert {q: state.correctness[q] for q in by_type[t]} == {
+            q: slow.r_outcomes[q] for q in by_type[t]
         }
 
 
-def test_a_probation_opened_on_an_unevaluated_skill_is_deferred(tmp_path: Path) -> None:
+def test_the_lookup_reads_the_epoch_before_the_probation_opened(tmp_path: Path) -> None:
+    """A probation opened in epoch E reads what epoch E − 1 left stale, not an older epoch."""
+    cfg = tiny_config()
+    ws = new_workspace(tmp_path / "ws", cfg)
+    state = _state_at(ws, cfg, Action("slow_update", epoch=0, slow_step=10))
+    (h0,) = state.history
+    assert h0.unevaluated_types
+    state.history = (h0, dataclasses.replace(h0, epoch=1, unevaluated_types=None))
+    assert _unevaluated_types_before(state, 1) == h0.unevaluated_types
+    assert _unevaluated_types_before(state, 2) == ()
+    assert _unevaluated_types_before(state, 0) == ()
+
+
+def test_a_probation_opened_on_an_unevaluated_type_is_deferred(tmp_path: Path) -> None:
     """Seed 10 opens a probation in epoch 1. Had epoch 0 left that skill's momentum text
-    unevaluated, its anchor would be R's outcomes of another text: the settlement defers it."""
+    unevaluated, its anchor would be R's outcomes of another text: the settlement defers it,
+    and settles the others as before."""
     cfg = tiny_config("seed=10")
     ws = new_workspace(tmp_path / "ws", cfg)
     settle = Action("slow_update", epoch=1, slow_step=4)
     state = _state_at(ws, cfg, settle)
     (name,) = [n for n, p in state.probations.items() if p.opened_epoch == 1]
-    assert state.history[0].unevaluated_skills is None
+    task_type = state.probations[name].task_type
+    assert state.history[0].unevaluated_types is None
     shutil.copytree(ws, tmp_path / "twin", symlinks=True)
     twin = tmp_path / "twin"
     plain = _settle(ws, cfg, settle)
     assert plain[name] != DEFER, f"the run should settle {name} on its evidence: {plain}"
 
-    state.history = (dataclasses.replace(state.history[0], unevaluated_skills=(name,)),)
+    state.history = (dataclasses.replace(state.history[0], unevaluated_types=(task_type,)),)
     save_state(twin / "state.json", state, twin)
     stale = _settle(twin, cfg, settle)
     assert stale[name] == DEFER
