@@ -377,6 +377,8 @@ class Recorder:
             **{f"skill_hash/{r.file}": r.content_hash for r, _ in refs.skills},
             **sim_md(simulated),
         }
+        eval_md["probations"] = probations_table(s.get("probations") or {})
+        eval_md["unevaluated_types"] = dg.MetadataValue.json(s.get("unevaluated_types") or [])
         if s.get("val_expected_accuracy") is not None:
             eval_md["val_expected_accuracy"] = dg.MetadataValue.float(
                 float(s["val_expected_accuracy"])
@@ -519,6 +521,18 @@ _LABELLED_SCHEMA = dg.TableSchema(
         *_REF_COLUMNS,
     ]
 )
+_PROBATION_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("skill_file", "string"),
+        dg.TableColumn("verdict", "string", description="KEEP, KEEP_CONFIRMED, DEFER, ROLLBACK"),
+        dg.TableColumn("wins", "int", description="questions right now, wrong at the anchor"),
+        dg.TableColumn("losses", "int", description="questions wrong now, right at the anchor"),
+        dg.TableColumn("pairs", "int"),
+        dg.TableColumn("edits", "int", description="accepted edits in the bundle"),
+        dg.TableColumn("reason", "string"),
+        dg.TableColumn("new_skills_version", "string", description="the rollback's version"),
+    ]
+)
 _GATE_SCHEMA = dg.TableSchema(
     columns=[
         dg.TableColumn("step", "int"),
@@ -533,6 +547,21 @@ _GATE_SCHEMA = dg.TableSchema(
         dg.TableColumn("new_skills_version", "string"),
     ]
 )
+
+
+def probations_table(settled: dict[str, dict[str, Any]]) -> dg.TableMetadataValue:
+    """The probations the epoch's slow update settled (GATE §7), one row per skill file."""
+    rows = [
+        dg.TableRecord(
+            {
+                "skill_file": name,
+                **{k: e[k] for k in ("verdict", "wins", "losses", "pairs", "edits", "reason")},
+                "new_skills_version": e.get("new_skills_version") or "",
+            }
+        )
+        for name, e in sorted(settled.items())
+    ]
+    return dg.MetadataValue.table(rows, schema=_PROBATION_SCHEMA)
 
 
 def gates_table(gates: list[dict[str, Any]]) -> dg.TableMetadataValue:

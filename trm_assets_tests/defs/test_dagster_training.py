@@ -32,7 +32,7 @@ from trm_assets.defs.ops import AFTER_STOP_TAG, SLOW_NAMES
 from trm_assets.defs.partitions import epoch_step_key
 from trm_assets.defs.resources import llm_resources
 from trm_assets.defs.sensors import UNIT_TAG
-from trm_assets.domain.question import skill_file_name
+from trm_assets.domain.question import DEFAULT_SKILL_FILE, skill_file_name
 from trm_assets.harness.reports.lineage import epoch_summary
 from trm_assets.harness.storage.workspace import read_manifest
 from trm_assets_tests.truth import evaluated_run, run_accuracy, run_versions
@@ -225,6 +225,35 @@ def test_epoch_eval_gates_equal_the_store_and_the_evidence(trained: Trained) -> 
                 assert (g["wins"], g["losses"]) == signs.get(gate_id, (0, 0)), (e, g)
             seen_accepts += len(accepted)
     assert seen_accepts > 0
+
+
+def test_epoch_eval_probations_equal_the_accepts_and_rollbacks_in_the_store(
+    trained: Trained,
+) -> None:
+    """Every epoch_eval lists one settled probation per task skill the epoch accepted an edit of
+    (read from the accept versions' reasons; default-strategy.md opens none), and its ROLLBACK
+    rows name exactly the versions the store's rollbacks wrote."""
+    exp, ws = trained.lineage, trained.workspace
+    accepted: dict[int, set[str]] = {}
+    rollbacks: dict[int, dict[str, str]] = {}
+    for v in versions(ws, "skills"):
+        words = str(meta(ws, "skills", v).get("reason", "")).split()
+        if words[:1] == ["accept"] and words[3] != DEFAULT_SKILL_FILE:
+            accepted.setdefault(int(words[1][1:]), set()).add(words[3])
+        if words[:2] == ["probation", "rollback"]:  # "probation rollback e0 x.md: …"
+            rollbacks.setdefault(int(words[2][1:]), {})[words[3].rstrip(":")] = v
+    rows_seen = 0
+    with dg.DagsterInstance.from_config(str(trained.home)) as instance:
+        for e in range(3):
+            md = latest(instance, key(exp, "epoch_eval"), f"e{e}").metadata
+            rows = [r.data for r in md["probations"].value.records]
+            assert {r["skill_file"] for r in rows} == accepted.get(e, set()), e
+            assert {
+                r["skill_file"]: r["new_skills_version"] for r in rows if r["verdict"] == "ROLLBACK"
+            } == rollbacks.get(e, {}), e
+            assert md["rolled_back"].value == len(rollbacks.get(e, {}))
+            rows_seen += len(rows)
+    assert rows_seen > 0
 
 
 def test_every_epoch_eval_row_names_exactly_the_evaluated_version(trained: Trained) -> None:

@@ -675,6 +675,7 @@ def report_epoch(s: UnitSession) -> EpochReportOutcome:
         ),
         early_stopped=state.early_stopped,
         unevaluated_types=unevaluated_types(ctx, state) or None,
+        probations=state.slow.probations or None,
     )
     state.history = (*(h for h in state.history if h.epoch != epoch), summary)
     r2_out = _need(state.slow.r2, "r2")

@@ -261,6 +261,9 @@ class EpochSummary:
     # (slow update 8) while the guidance stayed; a probation opened on one in the next epoch would
     # compare against another text's outcomes
     unevaluated_types: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
+    # the probations this slow update settled (step 4), by skill file; state.slow is cleared when
+    # the next epoch begins, and only a ROLLBACK leaves a version behind
+    probations: Mapping[str, ProbationSettlement] | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)

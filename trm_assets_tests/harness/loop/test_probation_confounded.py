@@ -21,6 +21,7 @@ from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.runner import current_action, run_action, train
 from trm_assets.harness.loop.slow_update import _unevaluated_types_before
 from trm_assets.harness.storage.checkpoint import TrainState, load_state, save_state
+from trm_assets.harness.storage.records import ProbationSettlement
 from trm_assets.llm.factory import build_providers
 from trm_assets_tests.tiny import new_workspace, tiny_config
 
@@ -167,4 +168,28 @@ def test_a_probation_opened_on_an_unevaluated_type_is_deferred(tmp_path: Path) -
     assert stale[name] == DEFER
     assert {k: v for k, v in stale.items() if k != name} == {
         k: v for k, v in plain.items() if k != name
+    }
+
+
+def test_the_epoch_keeps_its_settlements_equal_to_the_rollbacks_in_the_store(
+    tmp_path: Path,
+) -> None:
+    """The history entry keeps every probation the slow update settled (``state.slow`` is
+    cleared when the next epoch begins). Seed 2's epoch 0 rolls one back: its entry equals the
+    settlement the rollback's version recorded in its note, with that version."""
+    cfg = tiny_config()
+    ws = new_workspace(tmp_path / "ws", cfg)
+    state = _state_at(ws, cfg, Action("slow_update", epoch=0, slow_step=10))
+    settled = state.history[0].probations
+    assert settled is not None and settled == state.slow.probations
+    notes = {}
+    for d in sorted((ws / "store" / "skills").glob("v*")):
+        note = json.loads((d / "_meta.json").read_text())
+        if str(note.get("reason", "")).startswith("probation rollback e0 "):
+            notes[note["reason"].split()[3].rstrip(":")] = (d.name, note["extra"]["probation"])
+    assert notes
+    rolled = {n: e for n, e in settled.items() if e.verdict == ProbationVerdict.ROLLBACK.value}
+    assert {n: (e.new_skills_version, e) for n, e in rolled.items()} == {
+        n: (v, ProbationSettlement(**recorded, new_skills_version=v))
+        for n, (v, recorded) in notes.items()
     }
