@@ -132,7 +132,7 @@ def test_ui_shows_exact_lineage_and_disjoint_experiments(
                     )
                     assert row["referenced_data_version"] in history, (e, row)
                     checked += 1
-                gates = _table_rows(page, "verdict")  # every gate of the epoch, first screen
+                gates = _table_rows(page, "cache_hits")  # every gate of the epoch, first screen
                 assert gates and all(g["verdict"].startswith(("ACCEPT", "REJECT")) for g in gates)
                 page.screenshot(path=str(tmp_path / f"{e}.png"), full_page=True)
             assert checked == 24
