@@ -374,11 +374,11 @@ class Recorder:
             "rolled_back": int(s["rolled_back"]),
             "gate_count": int(s["gates"]),
             "best_skills_version": s["best"]["skills_version"],
+            "probations": probations_table(s.get("probations") or {}),
+            "unevaluated_types": dg.MetadataValue.json(s.get("unevaluated_types") or []),
             **{f"skill_hash/{r.file}": r.content_hash for r, _ in refs.skills},
             **sim_md(simulated),
         }
-        eval_md["probations"] = probations_table(s.get("probations") or {})
-        eval_md["unevaluated_types"] = dg.MetadataValue.json(s.get("unevaluated_types") or [])
         if s.get("val_expected_accuracy") is not None:
             eval_md["val_expected_accuracy"] = dg.MetadataValue.float(
                 float(s["val_expected_accuracy"])

@@ -304,23 +304,23 @@ def unevaluated_types(ctx: LoopContext, state: TrainState) -> tuple[str, ...]:
     if r2.kept:
         return ()
     settled = state.slow.probations or {}
-    rolled = {
+    rolled: dict[str | None, str] = {
         _task_of(ctx, name): entry.new_skills_version
         for name, entry in settled.items()
         if entry.new_skills_version is not None
     }
-    paths = ctx.paths
+    if ctx.prompt_files(r.prompts_version) != ctx.prompt_files(ctx.paths.prompts_version):
+        return tuple(sorted(ctx.validation_by_type))  # every type reads the prompts
+    now = ctx.skills(ctx.paths.skills_version)
+    source = {v: ctx.skills(v) for v in {r.skills_version, *rolled.values()}}
 
-    def reads(task_type: str, skills_version: str, prompts_version: str) -> Any:
-        skills = ctx.skills(skills_version)
-        shown = active_skill_files(task_type, skills, ctx.cfg.skill_mode)
-        return {f: skills[f] for f in shown}, ctx.prompt_files(prompts_version)
+    def shown(task_type: str, skills: Mapping[str, str]) -> dict[str, str]:
+        return {f: skills[f] for f in active_skill_files(task_type, skills, ctx.cfg.skill_mode)}
 
     return tuple(
         t
         for t in sorted(ctx.validation_by_type)
-        if reads(t, rolled.get(t) or r.skills_version, r.prompts_version)
-        != reads(t, paths.skills_version, paths.prompts_version)
+        if shown(t, source[rolled.get(t) or r.skills_version]) != shown(t, now)
     )
 
 

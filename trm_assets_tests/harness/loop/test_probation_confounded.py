@@ -29,11 +29,15 @@ SETTLE = Action("slow_update", epoch=0, slow_step=4)
 DEFER = ProbationVerdict.DEFER.value
 
 
-def _to_settlement(ws: Path, cfg: RunConfig) -> None:
-    """Train up to (not through) epoch 0's probation settlement."""
+def _state_at(ws: Path, cfg: RunConfig, action: Action) -> TrainState:
+    """Train up to (not through) ``action``; the checkpoint there."""
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
-        while current_action(ctx) != SETTLE:
+        while (now := current_action(ctx)) != action:
+            assert now is not None and now.kind != "finalize", f"{action} never came"
             train(ctx, max_units=1)
+        state = load_state(ctx.paths.state, ctx.cfg)
+    assert state is not None
+    return state
 
 
 def _settle(ws: Path, cfg: RunConfig, action: Action = SETTLE) -> dict[str, str]:
@@ -49,7 +53,7 @@ def test_a_probation_whose_anchor_read_another_default_strategy_is_deferred(
 ) -> None:
     cfg = tiny_config()
     ws = new_workspace(tmp_path / "ws", cfg)
-    _to_settlement(ws, cfg)
+    state = _state_at(ws, cfg, SETTLE)
     shutil.copytree(ws, tmp_path / "twin", symlinks=True)
     twin = tmp_path / "twin"
     plain = _settle(ws, cfg)
@@ -57,8 +61,6 @@ def test_a_probation_whose_anchor_read_another_default_strategy_is_deferred(
     assert decided, f"the run should settle a probation on its evidence: {plain}"
     name = decided[0]
 
-    state = load_state(twin / "state.json", cfg)
-    assert state is not None
     p = state.probations[name]
     state.probations[name] = dataclasses.replace(
         p, anchor_default_hash="0" * len(p.anchor_default_hash)
@@ -69,17 +71,6 @@ def test_a_probation_whose_anchor_read_another_default_strategy_is_deferred(
     assert {k: v for k, v in confounded.items() if k != name} == {
         k: v for k, v in plain.items() if k != name
     }
-
-
-def _state_at(ws: Path, cfg: RunConfig, action: Action) -> TrainState:
-    """Train up to (not through) ``action``; the checkpoint there."""
-    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
-        while (now := current_action(ctx)) != action:
-            assert now is not None and now.kind != "finalize", f"{action} never came"
-            train(ctx, max_units=1)
-        state = load_state(ctx.paths.state, ctx.cfg)
-    assert state is not None
-    return state
 
 
 @pytest.mark.parametrize(
