@@ -366,9 +366,16 @@ def apply_momentum(s: UnitSession) -> MomentumOutcome:
     store = skill_store(paths)
     template = load_evolve_prompts(prompt_store(paths)).momentum
     files = set(store.list_files())
-    # Only types whose skill changed this epoch: elsewhere both arms ran the same text and the
-    # pairs are pure sampling noise (docs/decision-momentum-scope.md).
-    changed = set(state.changed_task_types_this_epoch)
+    # Only types whose skill changed this epoch and still differs from its epoch-start text (a
+    # probation rollback in step 4 restores that text and its outcomes): elsewhere both arms ran
+    # the same text and the pairs are pure sampling noise (docs/decision-momentum-scope.md).
+    current = ctx.skills(paths.skills_version)
+    changed = {
+        t
+        for t in state.changed_task_types_this_epoch
+        if text_hash(current.get(skill_file_name(t), ""))
+        != state.epoch_start_skills.get(skill_file_name(t))
+    }
 
     async def all_updates() -> list[Any]:
         calls = []

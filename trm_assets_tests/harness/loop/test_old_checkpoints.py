@@ -77,7 +77,6 @@ def test_a_workspace_with_an_old_checkpoint_resumes_to_the_same_end(
         got_state = json.loads((resumed / "state.json").read_text())
         want_state = json.loads((ws / "state.json").read_text())
         assert want_state["history"][0].pop("unevaluated_types") == [
-            "Action Reasoning",
             "Information Synopsis",
             "Object Reasoning",
         ]
