@@ -22,7 +22,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check trm_assets trm_bench trm_assets_tests
 	$(BIN)/ruff format --check trm_assets trm_bench trm_assets_tests
-	$(BIN)/mypy trm_assets trm_bench
+	$(BIN)/mypy trm_assets trm_bench trm_assets_tests
 	$(BIN)/pytest -q -n 2 --dist loadscope
 
 # The Dagster UI and daemon (the run queue, the epoch sensors) on 127.0.0.1, against the

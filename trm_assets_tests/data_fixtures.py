@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -127,8 +127,14 @@ def tree_dict(video_id: str = "001", videoID: str = "vid001") -> dict[str, Any]:
     }
 
 
+class WriteJson(Protocol):
+    """The ``write_json`` fixture: ``obj`` as JSON (or ``text`` verbatim) at ``tmp_path / name``."""
+
+    def __call__(self, name: str, obj: Any, *, text: str | None = None) -> Path: ...
+
+
 @pytest.fixture
-def write_json(tmp_path: Path):
+def write_json(tmp_path: Path) -> WriteJson:
     def _write(name: str, obj: Any, *, text: str | None = None) -> Path:
         p = tmp_path / name
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from trm_assets.harness.data.config import RunConfig, load_config
-from trm_bench.overhead import new_workspace  # noqa: F401 - re-exported for the test modules
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO / "data" / "configs" / "smoke.yaml"

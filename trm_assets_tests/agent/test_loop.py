@@ -10,8 +10,7 @@ import pytest
 
 from trm_assets.agent.loop import AgentLoop, AgentOutcome, rollout_seed
 from trm_assets.agent.tools import Toolbox
-from trm_assets.llm.openai_compat import ContextLengthExceeded
-from trm_assets.llm.protocol import ChatResponse, Message, Usage
+from trm_assets.llm.protocol import ChatResponse, ContextLengthExceeded, Message, Usage
 from trm_assets_tests.agent.fixtures import (
     ScriptedLLM,
     explorer,

@@ -21,6 +21,13 @@ from trm_assets_tests.agent.fixtures import PROMPTS_DIR, prompts, question, skil
 SKILLS = skills_for(["Object Recognition", "OCR Problems", "Counting Problem"])
 
 
+def _text(msg: dict[str, object]) -> str:
+    """A built message's content, which is always text."""
+    content = msg["content"]
+    assert isinstance(content, str), content
+    return content
+
+
 def _blocks(system: str) -> list[str]:
     return re.findall(r'<skill file="([^"]+)">\n', system)
 
@@ -28,7 +35,7 @@ def _blocks(system: str) -> list[str]:
 def test_task_mode_shows_the_task_skill_then_default() -> None:
     msgs, files = build_messages(prompts(), question(), SKILLS, "task")
     assert files == ("object-recognition.md", DEFAULT_SKILL_FILE)
-    system = msgs[0]["content"]
+    system = _text(msgs[0])
     assert system.startswith(prompts().system.strip())
     assert _blocks(system) == list(files)
     assert '\n\n<skill file="object-recognition.md">\n# Object Recognition\n' in system
@@ -41,7 +48,7 @@ def test_all_mode_sorts_with_the_task_skill_first_and_none_mode_has_no_blocks() 
     assert files[0] == "ocr-problems.md"
     assert list(files[1:]) == sorted(f for f in SKILLS if f != "ocr-problems.md")
     msgs, files = build_messages(prompts(), question(), SKILLS, "none")
-    assert files == () and "<skill" not in msgs[0]["content"]
+    assert files == () and "<skill" not in _text(msgs[0])
 
 
 def test_missing_task_skill_is_an_error_for_humans() -> None:
@@ -52,14 +59,14 @@ def test_missing_task_skill_is_an_error_for_humans() -> None:
 def test_user_message_has_the_contract_lines() -> None:
     q = question("007-2", videoID="vidZ")
     msgs, _ = build_messages(prompts(), q, SKILLS, "task")
-    lines = msgs[1]["content"].splitlines()
+    lines = _text(msgs[1]).splitlines()
     assert "Question id: 007-2" in lines
     assert "Video id: vidZ" in lines
     assert "Task type: Object Recognition" in lines
     assert "Question: What vegetable does the chef chop?" in lines
     i = lines.index("A. Red onions.")
     assert lines[i : i + 4] == list(q.options)
-    assert "answer" in msgs[1]["content"] and "bare letter" in msgs[1]["content"]
+    assert "answer" in _text(msgs[1]) and "bare letter" in _text(msgs[1])
 
 
 def test_user_template_placeholders_are_checked() -> None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from trm_assets.agent.tree import TreeFormatError, load_tree, load_trees
+from trm_assets_tests.data_fixtures import WriteJson
 
 
-def test_valid_tree_loads(write_json, tree) -> None:
+def test_valid_tree_loads(write_json: WriteJson, tree: dict[str, Any]) -> None:
     t = load_tree(write_json("trees/vid001.json", tree))
     assert t.video.videoID == "vid001"
     assert [nid for nid, _ in t.iter_nodes()] == ["v", "s0", "s0c0", "s0c0f0", "s1"]
@@ -36,7 +41,12 @@ def test_valid_tree_loads(write_json, tree) -> None:
         (lambda t: t["video"].pop("videoID"), "field 'video.videoID': required but missing"),
     ],
 )
-def test_structural_errors_are_located(write_json, tree, mutate, fragment) -> None:
+def test_structural_errors_are_located(
+    write_json: WriteJson,
+    tree: dict[str, Any],
+    mutate: Callable[[dict[str, Any]], object],
+    fragment: str,
+) -> None:
     mutate(tree)
     p = write_json("trees/bad.json", tree)
     with pytest.raises(TreeFormatError) as ei:
@@ -45,7 +55,7 @@ def test_structural_errors_are_located(write_json, tree, mutate, fragment) -> No
     assert fragment in str(ei.value), str(ei.value)
 
 
-def test_cycle_is_detected(write_json, tree) -> None:
+def test_cycle_is_detected(write_json: WriteJson, tree: dict[str, Any]) -> None:
     tree["nodes"]["s0c0"]["children"] = ["s0c0f0", "s0"]
     tree["nodes"]["s0"]["parent"] = "s0c0"
     tree["nodes"]["v"]["children"] = ["s1"]
@@ -53,14 +63,16 @@ def test_cycle_is_detected(write_json, tree) -> None:
         load_tree(write_json("trees/cyc.json", tree))
 
 
-def test_not_json_and_not_object(write_json) -> None:
+def test_not_json_and_not_object(write_json: WriteJson) -> None:
     with pytest.raises(TreeFormatError, match="line 1 column"):
         load_tree(write_json("trees/x.json", None, text="{oops"))
     with pytest.raises(TreeFormatError, match="JSON object at the top level"):
         load_tree(write_json("trees/y.json", [1, 2]))
 
 
-def test_load_trees_keys_by_video_id(write_json, tree, tmp_path) -> None:
+def test_load_trees_keys_by_video_id(
+    write_json: WriteJson, tree: dict[str, Any], tmp_path: Path
+) -> None:
     write_json("trees/vid001.json", tree)
     other = dict(tree, video=dict(tree["video"], videoID="vid002", video_id="002"))
     write_json("trees/vid002.json", other)

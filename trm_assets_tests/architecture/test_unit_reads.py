@@ -19,11 +19,11 @@ from trm_assets.harness.loop.context import loop_context
 from trm_assets.harness.loop.runner import current_action, run_action
 from trm_assets.harness.storage import checkpoint, workspace
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.tiny import (  # noqa: F401 - _repo_cwd: autouse, paths are repo-relative
-    _repo_cwd,
-    new_workspace,
+from trm_assets_tests.tiny import (
+    _repo_cwd,  # noqa: F401 - autouse, paths are repo-relative
     tiny_config,
 )
+from trm_bench.overhead import new_workspace
 
 WATCHED = ("state.json", "manifest.json")
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from trm_assets.cli.main import main
-from trm_assets.domain.pass_dependence import PassVerdict
+from trm_assets.domain.pass_dependence import PassDependence, PassVerdict
 from trm_assets.harness.data.config import RunConfig, load_config
 from trm_assets.harness.storage.pools import build_pools
 from trm_assets.llm.factory import build_providers
@@ -21,10 +21,10 @@ from trm_assets.llm.settings import Settings
 from trm_assets.llm.sim.provider import SimulatedProvider
 from trm_assets.llm.sim.server import SimServer
 from trm_assets.llm.sim.world import load_world
-from trm_assets_tests.tiny import new_workspace
 from trm_bench.decoding import DEFAULT_PROMPTS, probe_temperature, run_probe
 from trm_bench.decoding_inputs import VARIANT_LINE, ProbeError, load_inputs, neutral_variant
 from trm_bench.decoding_report import format_report, recommendation
+from trm_bench.overhead import new_workspace
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "data" / "configs"
@@ -44,7 +44,8 @@ def config(name: str = "default", *sets: str) -> RunConfig:
     )
 
 
-def _z(est: Any, truth: float) -> float:
+def _z(est: PassDependence, truth: float) -> float:
+    assert est.rho is not None and est.ci_low is not None and est.ci_high is not None, est
     se = (est.ci_high - est.ci_low) / 3.92
     return abs(est.rho - truth) / se
 
@@ -83,6 +84,7 @@ def test_estimates_agree_with_the_simulated_value() -> None:
     assert low.truth is not None and high.truth is not None
     assert low.truth > 0.6 and 0.03 < high.truth < 0.12  # what the world is, not the probe
     for probe in (low, high):
+        assert probe.truth is not None
         assert probe.dropped == 0 and probe.rollouts == 4 * 1200
         assert _z(probe.estimate, probe.truth) < 3.0, (probe.estimate, probe.truth)
     assert low.estimate.verdict is PassVerdict.DEPENDENT

@@ -122,6 +122,7 @@ def test_numbers_come_from_the_runs_and_the_oracle(
     ds = load_dataset(cfg)
     with tempfile.TemporaryDirectory() as d:
         pools = build_or_load_pools(cfg, ds.questions, Path(d) / "pools.json")
+    assert cfg.ground_truth is not None
     world = load_world(cfg.ground_truth)
     assert math.isclose(
         runs[0]["expected_test_optimal"],
@@ -250,8 +251,9 @@ def test_aa_candidates_are_noops_and_rate_has_an_interval() -> None:
 
 def test_wilson_and_sweep_mix() -> None:
     lo, hi = wilson(0, 10)
-    assert lo == 0.0 and math.isclose(hi, 0.2775, abs_tol=1e-4)
+    assert lo == 0.0 and hi is not None and math.isclose(hi, 0.2775, abs_tol=1e-4)
     lo, hi = wilson(5, 100)
+    assert lo is not None and hi is not None
     assert math.isclose(lo, 0.0215, abs_tol=1e-4) and math.isclose(hi, 0.1118, abs_tol=1e-4)
     assert wilson(0, 0) == (None, None)
     for share in (0.1, 0.2, 0.4, 0.6):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from trm_assets.cli import main
@@ -73,7 +74,9 @@ def test_data_check_missing_trees_and_unknown_file(tmp_path: Path) -> None:
     assert any("notes.json" in e and "not a question file" in e for e in out["errors"])
 
 
-def test_config_show_resolves_and_reports_all_errors(tmp_path: Path, monkeypatch) -> None:
+def test_config_show_resolves_and_reports_all_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     y = tmp_path / "c.yaml"
     y.write_text("gate_alpha: 0.02\n")

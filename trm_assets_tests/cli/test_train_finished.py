@@ -15,7 +15,8 @@ from trm_assets.harness.data.config import config_to_yaml
 from trm_assets.harness.loop.context import loop_context
 from trm_assets.harness.loop.runner import train
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.tiny import new_workspace, tiny_config
+from trm_assets_tests.tiny import tiny_config
+from trm_bench.overhead import new_workspace
 
 
 def test_resuming_a_finalized_workspace_says_so(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +79,52 @@ def latest(
 
 def failure_text(result: dg.ExecuteInProcessResult) -> str:
     """The description of the run's (first) failed op."""
-    return next(
-        str(e.step_failure_data.user_failure_data.description)
-        for e in result.all_events
-        if e.event_type_value == "STEP_FAILURE"
+    failure = next(
+        e.step_failure_data for e in result.all_events if e.event_type_value == "STEP_FAILURE"
     )
+    assert failure.user_failure_data is not None, failure
+    return str(failure.user_failure_data.description)
+
+
+def tags_of(mat: dg.AssetMaterialization) -> Mapping[str, str]:
+    """A recorded materialization's tags (Dagster records its data version among them)."""
+    assert mat.tags is not None, mat
+    return mat.tags
+
+
+def table(value: dg.MetadataValue[Any]) -> dg.TableMetadataValue:
+    """A table metadata value (``.value`` is the table itself, its rows ``.records``)."""
+    assert isinstance(value, dg.TableMetadataValue), value
+    return value
+
+
+def table_rows(value: dg.MetadataValue[Any]) -> list[Mapping[str, Any]]:
+    """The rows of a table metadata value (each column holds the type the table was built with:
+    the static type of a row's cell is only "some scalar", as a JSON value's is)."""
+    return [r.data for r in table(value).value.records]
+
+
+def metadata_number(value: dg.MetadataValue[Any]) -> float:
+    """The number an int or float metadata value holds."""
+    v = value.value
+    assert isinstance(v, int | float), value
+    return v
+
+
+def metadata_text(value: dg.MetadataValue[Any]) -> str:
+    """The text a text metadata value holds."""
+    v = value.value
+    assert isinstance(v, str), value
+    return v
+
+
+def partitions(mats: Iterable[dg.AssetMaterialization]) -> list[str]:
+    """The partitions of materializations of a partitioned asset, sorted."""
+    out: list[str] = []
+    for m in mats:
+        assert m.partition is not None, m
+        out.append(m.partition)
+    return sorted(out)
 
 
 def key(exp: Experiment, asset: str) -> dg.AssetKey:
@@ -144,7 +186,7 @@ def test_every_version_the_loop_created_is_recorded_by_the_run_that_created_it(
                 if f in by_file and parent.get(f) != h:
                     expected.append((by_file[f], v, h[:16]))
         recorded = {
-            (mat.partition, mat.metadata["version"].value, mat.tags["dagster/data_version"])
+            (mat.partition, mat.metadata["version"].value, tags_of(mat)["dagster/data_version"])
             for mat in history(instance, key(exp, "skill_versions")).values()
             if mat.metadata["kind"].value != "delivery"
         }
@@ -176,7 +218,7 @@ def test_every_version_the_loop_created_is_recorded_by_the_run_that_created_it(
         ]
         assert deliveries and all(m.metadata["version"].value == current.skills for m in deliveries)
         prompt_dvs = [
-            (m.metadata["version"].value, m.tags["dagster/data_version"])
+            (m.metadata["version"].value, tags_of(m)["dagster/data_version"])
             for m in history(instance, key(exp, "prompt_versions")).values()
             if m.metadata["kind"].value != "delivery"
         ]
@@ -194,8 +236,8 @@ def test_epoch_eval_gates_equal_the_store_and_the_evidence(trained: Trained) -> 
     for v in versions(ws, "skills"):
         reason = str(meta(ws, "skills", v).get("reason", ""))
         if reason.startswith("accept e"):  # "accept e0 s1 ocr-problems.md (ACCEPT)"
-            e, st, file, verdict = reason.split()[1:5]
-            accepts_in_store.setdefault(int(e[1:]), set()).add(
+            ep, st, file, verdict = reason.split()[1:5]
+            accepts_in_store.setdefault(int(ep[1:]), set()).add(
                 (int(st[1:]), file, v, verdict.strip("()"))
             )
     with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
@@ -211,7 +253,7 @@ def test_epoch_eval_gates_equal_the_store_and_the_evidence(trained: Trained) -> 
     with dg.DagsterInstance.from_config(str(trained.home)) as instance:
         for e in range(3):
             md = latest(instance, key(exp, "epoch_eval"), f"e{e}").metadata
-            gates = [r.data for r in md["gates"].value.records]
+            gates = table_rows(md["gates"])
             accepted = {
                 (g["step"], g["skill_file"], g["new_skills_version"], g["verdict"])
                 for g in gates
@@ -246,7 +288,7 @@ def test_epoch_eval_probations_equal_the_accepts_and_rollbacks_in_the_store(
     with dg.DagsterInstance.from_config(str(trained.home)) as instance:
         for e in range(3):
             md = latest(instance, key(exp, "epoch_eval"), f"e{e}").metadata
-            rows = [r.data for r in md["probations"].value.records]
+            rows = table_rows(md["probations"])
             assert {r["skill_file"] for r in rows} == accepted.get(e, set()), e
             assert {
                 r["skill_file"]: r["new_skills_version"] for r in rows if r["verdict"] == "ROLLBACK"
@@ -268,11 +310,11 @@ def test_every_epoch_eval_row_names_exactly_the_evaluated_version(trained: Train
             assert md["skills_version"].value == skills
             assert md["prompts_version"].value == prompts
             acc, per_type = run_accuracy(ws, want_run)
-            assert acc is not None and abs(md["val_accuracy"].value - acc) < 1e-9
+            assert acc is not None and abs(metadata_number(md["val_accuracy"]) - acc) < 1e-9
             shown = {
-                r.data["task_type"]: (r.data["accuracy"], r.data["n"])
-                for r in md["per_task_type"].value.records
-                if r.data["task_type"] != "(prompts)"
+                r["task_type"]: (r["accuracy"], r["n"])
+                for r in table_rows(md["per_task_type"])
+                if r["task_type"] != "(prompts)"
             }
             assert set(per_type) <= set(shown) == set(task_types(exp))
             for t, (a_shown, n_shown) in shown.items():
@@ -282,7 +324,7 @@ def test_every_epoch_eval_row_names_exactly_the_evaluated_version(trained: Train
                 a, n = per_type[t]
                 assert n_shown == n and abs(a_shown - a) < 1e-9, t
             files = meta(ws, "skills", skills)["files"]
-            for row in (r.data for r in md["per_task_type"].value.records):
+            for row in table_rows(md["per_task_type"]):
                 if row["task_type"] == "(prompts)":
                     truth = meta(ws, "prompts", prompts)["content_hash"][:16]
                     hist = history(instance, key(exp, "prompt_versions"))
@@ -292,10 +334,10 @@ def test_every_epoch_eval_row_names_exactly_the_evaluated_version(trained: Train
                 assert row["content_hash"] == truth
                 assert row["referenced_data_version"] == truth
                 event = hist[row["referenced_event"]]  # in the asset's history
-                assert event.tags["dagster/data_version"] == truth
+                assert tags_of(event)["dagster/data_version"] == truth
                 stale += int(row["referenced_event"] != max(hist))
             # Dagster's input provenance: its formula over exactly the evaluated versions
-            tags = latest(instance, key(exp, "epoch_eval"), e).tags
+            tags = tags_of(latest(instance, key(exp, "epoch_eval"), e))
             dv = tags[f"dagster/input_data_version/{exp.name}/skill_versions"]
             joined = "".join(files[skill_file_name(t)][:16] for t in sorted(task_types(exp)))
             assert dv == hashlib.sha256(joined.encode()).hexdigest()
@@ -306,7 +348,7 @@ def test_every_epoch_eval_row_names_exactly_the_evaluated_version(trained: Train
                 if f"e{h['epoch']}" == e
             )
             hold = latest(instance, key(exp, "holdout_report"), e)
-            labelled = [r.data for r in hold.metadata["evaluated"].value.records]
+            labelled = table_rows(hold.metadata["evaluated"])
             assert {r["label"] for r in labelled} == set(holdout)
             for row in labelled:
                 pair = holdout[row["label"]]
@@ -318,7 +360,10 @@ def test_every_epoch_eval_row_names_exactly_the_evaluated_version(trained: Train
                     truth = meta(ws, "skills", pair["skills"])["files"][row["file"]][:16]
                 assert row["content_hash"] == row["referenced_data_version"] == truth
             prompts_dv = meta(ws, "prompts", holdout["current"]["prompts"])["content_hash"][:16]
-            assert hold.tags[f"dagster/input_data_version/{exp.name}/prompt_versions"] == prompts_dv
+            assert (
+                tags_of(hold)[f"dagster/input_data_version/{exp.name}/prompt_versions"]
+                == prompts_dv
+            )
         # the issue's case: an evaluated version that is no longer its partition's latest
         assert stale > 0
         check = dg.AssetCheckKey(key(exp, "epoch_eval"), "epoch_eval_lineage_exact")
@@ -335,14 +380,17 @@ def test_every_step_results_row_is_the_steps_own_rollouts(trained: Trained) -> N
     steps = range(build_experiment(exp).scope.experiment.run_config().steps_per_epoch)
     with dg.DagsterInstance.from_config(str(trained.home)) as instance:
         for mat in history(instance, key(exp, "step_results")).values():
-            e, s = int(mat.metadata["epoch"].value), int(mat.metadata["step"].value)
+            e, s = (
+                int(metadata_number(mat.metadata["epoch"])),
+                int(metadata_number(mat.metadata["step"])),
+            )
             run = f"train_e{e}_s{s}"
             assert mat.metadata["rollout_run_id"].value == run
             _, per_type = run_accuracy(ws, run)
             shown = {
-                r.data["task_type"]: (r.data["accuracy"], r.data["n"])
-                for r in mat.metadata["per_task_type"].value.records
-                if r.data["task_type"] != "(prompts)"
+                r["task_type"]: (r["accuracy"], r["n"])
+                for r in table_rows(mat.metadata["per_task_type"])
+                if r["task_type"] != "(prompts)"
             }
             for t, (a, n) in shown.items():
                 want_a, want_n = per_type.get(t, (None, 0))
@@ -351,17 +399,18 @@ def test_every_step_results_row_is_the_steps_own_rollouts(trained: Trained) -> N
             # lineage to the exact batches event of its epoch (it pointed at nothing, with the
             # data version of no data, and two steps shared one data version)
             ((batch_id, batch),) = history(instance, key(exp, "batches"), f"e{e}").items()
-            sizes = json.loads(batch.metadata["sizes"].value)  # steps roll out the first ones
+            # steps roll out the first ones
+            sizes = json.loads(metadata_text(batch.metadata["sizes"]))
             assert sizes[: len(steps)] == batch_sizes(ws, e, len(steps))
             up = key(exp, "batches").to_user_string()
-            assert mat.tags[f"dagster/input_event_pointer/{up}"] == str(batch_id)
-            batch_dv = batch.tags["dagster/data_version"]
+            assert tags_of(mat)[f"dagster/input_event_pointer/{up}"] == str(batch_id)
+            batch_dv = tags_of(batch)["dagster/data_version"]
             if e == state["epoch_started"]:  # the checkpoint holds the last epoch's batches
                 blob = json.dumps(state["batches"], sort_keys=True, separators=(",", ":"))
                 assert batch_dv == hashlib.sha256(blob.encode()).hexdigest()[:16]
             want = hashlib.sha256(batch_dv.encode()).hexdigest()
-            assert mat.tags[f"dagster/input_data_version/{up}"] == want
-            versions.setdefault(mat.tags["dagster/data_version"], set()).add(run)
+            assert tags_of(mat)[f"dagster/input_data_version/{up}"] == want
+            versions.setdefault(tags_of(mat)["dagster/data_version"], set()).add(run)
             checked += 1
     assert checked >= 2 and all(len(runs) == 1 for runs in versions.values()), versions
 
@@ -388,7 +437,7 @@ def test_lineage_check_fails_on_a_wrong_reference(trained: Trained, tmp_path: Pa
         scope = build_experiment(exp).scope
         assert lineage_check_result(instance, scope).passed
         mat = latest(instance, key(exp, "epoch_eval"), "e0")
-        rows = [dict(r.data) for r in mat.metadata["per_task_type"].value.records]
+        rows = [dict(r) for r in table_rows(mat.metadata["per_task_type"])]
         # a task type whose skill changed: its history has another data version to point at
         i, others = next(
             (i, others)
@@ -399,14 +448,14 @@ def test_lineage_check_fails_on_a_wrong_reference(trained: Trained, tmp_path: Pa
                     for sid, m in history(
                         instance, key(exp, "skill_versions"), row["task_type"]
                     ).items()
-                    if m.tags["dagster/data_version"] != row["content_hash"]
+                    if tags_of(m)["dagster/data_version"] != row["content_hash"]
                 ]
             )
         )
         rows[i]["referenced_event"] = others[0]  # what "take the latest" used to do
         md = dict(mat.metadata)
         md["per_task_type"] = dg.MetadataValue.table(
-            [dg.TableRecord(r) for r in rows], schema=mat.metadata["per_task_type"].value.schema
+            [dg.TableRecord(r) for r in rows], schema=table(mat.metadata["per_task_type"]).schema
         )
         instance.report_runless_asset_event(
             dg.AssetMaterialization(asset_key=mat.asset_key, partition="e0", metadata=md)
@@ -446,7 +495,7 @@ def test_republishing_a_finished_epoch_reproduces_the_references(
             assert _without_code_version(after.tags) == _without_code_version(before.tags)
 
 
-def _without_code_version(tags: dict[str, str] | None) -> dict[str, str]:
+def _without_code_version(tags: Mapping[str, str] | None) -> dict[str, str]:
     return {k: v for k, v in (tags or {}).items() if k != "dagster/code_version"}
 
 
@@ -556,7 +605,7 @@ def test_an_epoch_the_rollout_budget_cut_short_materializes_from_the_ui(tmp_path
         batch = exp.run_config().batch_size
         assert ledger["step_rollouts"]["rollouts"] == batch and "R" in ledger  # one step's batch
         steps = history(instance, key(exp, "step_results"))
-        assert sorted(m.partition for m in steps.values()) == ["e0|s0"]  # s1 never ran
+        assert partitions(steps.values()) == ["e0|s0"]  # s1 never ran
         assert read_manifest(exp.workspace_dir()).run("train_e0_s1") is None
         logs = [e.message for e in instance.all_logs(result.run_id)]
         assert any("step (epoch 0, step 1) never ran: the rollout budget" in m for m in logs)
@@ -571,7 +620,7 @@ def test_an_epoch_the_rollout_budget_cut_short_materializes_from_the_ui(tmp_path
         assert text.startswith("step (epoch 0, step 1) never ran: the rollout budget")
         assert "Traceback" not in text and "LookupError" not in text
         after = history(instance, key(exp, "step_results"))
-        assert sorted(m.partition for m in after.values()) == ["e0|s0"]  # nothing new
+        assert partitions(after.values()) == ["e0|s0"]  # nothing new
         md = latest(instance, key(exp, "epoch_eval"), "e0").metadata
         assert str(md["val_run_id"].value) == evaluated_run(exp.workspace_dir(), 0)
         skipped = job.execute_in_process(
@@ -584,6 +633,7 @@ def test_an_epoch_the_rollout_budget_cut_short_materializes_from_the_ui(tmp_path
         assert "rollout budget (`rollout_budget: 100`" in text and "after e0" in text
         assert "Traceback" not in text and "LookupError" not in text
         request = _tick(exp, instance)[0]
+        assert isinstance(request, dg.SensorResult) and request.run_requests is not None, request
         assert [r.job_name for r in request.run_requests] == [f"{exp.name}__finalize"]
 
 
@@ -644,9 +694,11 @@ def test_an_epoch_past_a_finalized_training_says_so(trained: Trained, tmp_path: 
 
 def _tick(
     exp: Experiment, instance: dg.DagsterInstance, cursor: str | None = None
-) -> tuple[Any, Any]:
+) -> tuple[dg.SkipReason | dg.SensorResult, dg.SensorEvaluationContext]:
     ctx = dg.build_sensor_context(instance=instance, cursor=cursor)
-    return build_experiment(exp).sensor(ctx), ctx
+    result = build_experiment(exp).sensor(ctx)
+    assert isinstance(result, dg.SkipReason | dg.SensorResult), result  # what the sensor returns
+    return result, ctx
 
 
 def test_sensor_launches_first_step_with_partitions(trained: Trained, tmp_path: Path) -> None:
@@ -654,6 +706,7 @@ def test_sensor_launches_first_step_with_partitions(trained: Trained, tmp_path: 
     with dg.instance_for_test() as instance:
         result, ctx = _tick(exp, instance)
         assert isinstance(result, dg.SensorResult)
+        assert result.run_requests is not None and result.dynamic_partitions_requests is not None
         (req,) = result.run_requests
         assert req.job_name == "fresh__gate_step"
         assert req.partition_key == dg.MultiPartitionKey({"epoch": "e0", "step": "s0"})
@@ -663,7 +716,7 @@ def test_sensor_launches_first_step_with_partitions(trained: Trained, tmp_path: 
             for r in result.dynamic_partitions_requests
         )
         assert added == [("fresh__epochs", ("e0",)), ("fresh__steps", ("s0",))]
-        assert json.loads(ctx.cursor) == {"launched": 1}
+        assert ctx.cursor is not None and json.loads(ctx.cursor) == {"launched": 1}
 
 
 def test_sensor_waits_for_its_own_experiment_only(trained: Trained, tmp_path: Path) -> None:
@@ -677,7 +730,7 @@ def test_sensor_waits_for_its_own_experiment_only(trained: Trained, tmp_path: Pa
         assert isinstance(result, dg.SensorResult)  # another experiment's run does not block
         instance.create_run_for_job(job_def=job, run_config={}, tags={EXPERIMENT_TAG: "fresh"})
         result, _ = _tick(exp, instance)
-        assert isinstance(result, dg.SkipReason)
+        assert isinstance(result, dg.SkipReason) and result.skip_message is not None
         assert (
             "NOT_STARTED" in result.skip_message and "one run per experiment" in result.skip_message
         )
@@ -702,6 +755,7 @@ def test_sensor_skips_while_another_process_holds_the_workspace(
             result, _ = _tick(exp, instance)
             assert isinstance(result, dg.SkipReason)
             msg = result.skip_message
+            assert msg is not None
             assert f"pid {proc.pid}" in msg and "trm train (test)" in msg
             assert "one writer per workspace" in msg
     finally:
@@ -723,6 +777,7 @@ def test_sensor_does_not_relaunch_after_a_failure(trained: Trained, tmp_path: Pa
         result, _ = _tick(exp, instance)
         assert isinstance(result, dg.SkipReason)
         msg = result.skip_message
+        assert msg is not None
         assert "FAILURE" in msg and "not relaunching" in msg and "trm train --resume" in msg
 
 
@@ -731,12 +786,13 @@ def test_sensor_requests_slow_update_then_stops_when_done(trained: Trained, tmp_
     with dg.instance_for_test() as instance:
         drive(exp, instance, max_runs=1)
         result, _ = _tick(exp, instance, cursor=json.dumps({"launched": 4}))
+        assert isinstance(result, dg.SensorResult) and result.run_requests is not None, result
         (req,) = result.run_requests
         assert req.job_name == "fresh__slow_update" and req.partition_key == "e0"
-        assert req.run_key.endswith("#5")
+        assert req.run_key is not None and req.run_key.endswith("#5")
     with dg.instance_for_test() as instance:
         result, _ = _tick(trained.small, instance)
-        assert isinstance(result, dg.SkipReason)
+        assert isinstance(result, dg.SkipReason) and result.skip_message is not None
         assert "training finished (completed)" in result.skip_message
 
 
@@ -966,7 +1022,7 @@ def test_units_a_kill_left_unpublished_are_published_on_resume(
         want_run = evaluated_run(ws, 0)
         acc, _ = run_accuracy(ws, want_run)
         assert md["val_run_id"].value == want_run
-        assert acc is not None and abs(md["val_accuracy"].value - acc) < 1e-9
+        assert acc is not None and abs(metadata_number(md["val_accuracy"]) - acc) < 1e-9
         latest(instance, key(exp, "holdout_report"), "e0")
         assert _run_log_rows(ws) == rows_before  # nothing re-ran
         again = drive(exp, instance, max_runs=0)
@@ -1031,8 +1087,8 @@ def test_a_finished_no_dagster_workspace_resumes_to_nothing_to_do(
     from click.testing import CliRunner
 
     from trm_assets.cli.train import train_cmd
-    from trm_assets_tests.tiny import new_workspace as tiny_workspace
     from trm_assets_tests.tiny import tiny_config
+    from trm_bench.overhead import new_workspace as tiny_workspace
 
     ws = tiny_workspace(tmp_path / "ws", tiny_config("epochs=1"))
     home = tmp_path / "home"

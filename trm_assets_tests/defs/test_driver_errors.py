@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dagster._utils.error import SerializableErrorInfo
+from dagster_shared.error import SerializableErrorInfo
 
 from trm_assets.defs.driver import _root_message, ensure_dagster_home
 from trm_assets.domain.errors import TrmError

@@ -58,7 +58,8 @@ def graphql(url: str, query: str, variables: dict[str, Any]) -> dict[str, Any]:
     with urllib.request.urlopen(req, timeout=60) as resp:
         data: dict[str, Any] = json.loads(resp.read())
     assert "errors" not in data, data
-    return data["data"]
+    result: dict[str, Any] = data["data"]
+    return result
 
 
 HISTORY = """

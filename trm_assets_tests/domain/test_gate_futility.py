@@ -4,6 +4,8 @@ where the plain gate rejects, and it stops null candidates earlier."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,8 +21,15 @@ from trm_assets.domain.gate import (
     pair_block,
 )
 
+Position = tuple[str, int]  # (qid, rep)
 
-def _run(plan, base, cand, params):  # type: ignore[no-untyped-def]
+
+def _run(
+    plan: Sequence[Position],
+    base: Mapping[Position, bool | None],
+    cand: Mapping[Position, bool | None],
+    params: GateParams,
+) -> tuple[Verdict, int]:
     state = new_gate_state(len(plan), params)
     for chunk in chunk_plan(plan, params.block):
         v = gate_decision(state, pair_block(chunk, base, cand, len(chunk), len(chunk)), params)

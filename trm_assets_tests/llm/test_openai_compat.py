@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
-from trm_assets.llm.openai_compat import (
+from trm_assets.llm.openai_compat import OpenAICompatProvider
+from trm_assets.llm.protocol import (
     ContextLengthExceeded,
-    OpenAICompatProvider,
+    InfraError,
+    LLMProvider,
     ProviderRequestError,
+    Usage,
 )
-from trm_assets.llm.protocol import InfraError, LLMProvider, Usage
 from trm_assets_tests.llm.providers import chat_once, http_provider
 from trm_assets_tests.llm.test_openai_compat_server import Reply, completion, fake_openai
 

@@ -162,8 +162,10 @@ def test_text_mode_answer_in_plain_text_is_extracted() -> None:
     system = last[0]
     assert isinstance(system, SystemMessage) and TOOL_PROTOCOL in system.content
     assert "- search_captions: " in system.content and "- answer: " in system.content
-    assert last[3].content.startswith("Result of get_overview (call text_0_0):\n")
-    assert json.loads(last[4].content) == {
+    result, call = last[3].content, last[4].content
+    assert isinstance(result, str) and isinstance(call, str)
+    assert result.startswith("Result of get_overview (call text_0_0):\n")
+    assert json.loads(call) == {
         "tool": "search_captions",
         "arguments": {"query": "onions"},
     }

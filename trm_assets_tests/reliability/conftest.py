@@ -14,13 +14,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from trm_assets_tests.tiny import (  # noqa: F401 - re-exported for the test modules
+from trm_assets_tests.tiny import (
     REPO,
-    SMOKE_CONFIG,
-    TINY,
-    _repo_cwd,
-    new_workspace,
-    tiny_config,
+    _repo_cwd,  # noqa: F401 - registers the autouse fixture here
 )
 
 

@@ -33,12 +33,9 @@ from trm_assets.harness.data.config import config_to_yaml
 from trm_assets.harness.loop.context import loop_context
 from trm_assets.harness.loop.runner import train
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.reliability.conftest import (
-    REPO,
-    new_workspace,
-    snapshot,
-    tiny_config,
-)
+from trm_assets_tests.reliability.conftest import snapshot
+from trm_assets_tests.tiny import REPO, tiny_config
+from trm_bench.overhead import new_workspace
 
 SMOKE = REPO / "data" / "smoke"
 #: ``trm train`` runs every unit as a Dagster run by default; the corpus checks the loaders.

@@ -25,14 +25,9 @@ from trm_assets.defs.resources import TrmResource
 from trm_assets.defs.sensors import LOST_TAG, UNIT_TAG
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.units import unit_key
-from trm_assets_tests.reliability.conftest import (
-    REPO,
-    SMOKE_CONFIG,
-    TINY,
-    child_env,
-    new_workspace,
-    tiny_config,
-)
+from trm_assets_tests.reliability.conftest import child_env
+from trm_assets_tests.tiny import REPO, SMOKE_CONFIG, TINY, tiny_config
+from trm_bench.overhead import new_workspace
 from trm_bench.reliability import dagster_args
 
 
@@ -81,6 +76,7 @@ def test_sensor_recovers_after_a_killed_dagster_unit(tmp_path: Path) -> None:
         with dg.build_sensor_context(instance=instance) as ctx:
             result = built.sensor(ctx)
         assert not isinstance(result, dg.SkipReason), result.skip_message
+        assert isinstance(result, dg.SensorResult), result
         # the lost run is marked failed, and the same unit is requested again (once)
         after = instance.get_run_by_id(lost.run_id)
         assert after is not None and after.status == dg.DagsterRunStatus.FAILURE

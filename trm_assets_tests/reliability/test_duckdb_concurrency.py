@@ -20,14 +20,9 @@ from click.testing import CliRunner
 from trm_assets.cli.report import report_cmd
 from trm_assets.harness.reports import audit, lineage
 from trm_assets.harness.storage.runlog import RunLog, RunLogBusyError, RunLogReader
-from trm_assets_tests.reliability.conftest import (
-    REPO,
-    SMOKE_CONFIG,
-    TINY,
-    child_env,
-    new_workspace,
-    tiny_config,
-)
+from trm_assets_tests.reliability.conftest import child_env
+from trm_assets_tests.tiny import REPO, SMOKE_CONFIG, TINY, tiny_config
+from trm_bench.overhead import new_workspace
 from trm_bench.reliability import train_args
 
 _HOLD_READER = (

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trm_assets_tests.tiny import REPO, new_workspace, tiny_config
+from trm_assets_tests.tiny import REPO, tiny_config
+from trm_bench.overhead import new_workspace
 
 
 def _dead_port() -> int:
@@ -115,9 +116,8 @@ def _outage_after(simulated: bool, *barriers: list[tuple[int, bool, str]]) -> st
                 )
                 for calls, infra, stop in rollouts
             ]
-            LoopContext._check_outage(
-                fake, SimpleNamespace(run_id=f"r{i}", predictions=preds), "seed_eval"
-            )
+            result: Any = SimpleNamespace(run_id=f"r{i}", predictions=preds)  # the fields read
+            LoopContext._check_outage(fake, result, "seed_eval")
     except InfraOutage as e:
         return str(e)
     return None

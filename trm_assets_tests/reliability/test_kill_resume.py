@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.reliability.conftest import TINY
+from trm_assets_tests.tiny import TINY
 from trm_bench.reliability import (
     cli,
     digest_differences,
@@ -58,7 +58,8 @@ def test_digest_ignores_only_wall_clock_times(tmp_path: Path) -> None:
     columns. Anything else — a skill byte, a leftover temp file — is a difference."""
     from trm_assets.harness.loop.context import loop_context
     from trm_assets.harness.loop.runner import train
-    from trm_assets_tests.reliability.conftest import new_workspace, tiny_config
+    from trm_assets_tests.tiny import tiny_config
+    from trm_bench.overhead import new_workspace
 
     cfg = tiny_config()
     ws = new_workspace(tmp_path / "ws", cfg)
@@ -90,7 +91,8 @@ def test_kill_between_two_holdout_evaluations_resumes_identically(
     from trm_assets.harness.loop import slow_update
     from trm_assets.harness.loop.context import loop_context
     from trm_assets.harness.loop.runner import train
-    from trm_assets_tests.reliability.conftest import new_workspace, tiny_config
+    from trm_assets_tests.tiny import tiny_config
+    from trm_bench.overhead import new_workspace
 
     cfg = tiny_config()
     ref = new_workspace(tmp_path / "ref", cfg)

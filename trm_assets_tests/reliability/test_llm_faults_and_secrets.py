@@ -23,15 +23,9 @@ from typing import Any
 import pytest
 
 from trm_assets.harness.storage.runlog import RunLogReader
-from trm_assets_tests.reliability.conftest import (
-    REPO,
-    SMOKE_CONFIG,
-    TINY,
-    child_env,
-    new_workspace,
-    sim_server,
-    tiny_config,
-)
+from trm_assets_tests.reliability.conftest import child_env, sim_server
+from trm_assets_tests.tiny import REPO, SMOKE_CONFIG, TINY, tiny_config
+from trm_bench.overhead import new_workspace
 from trm_bench.reliability import train_args
 
 FAKE_KEY = "sk-trm-FAKE-9f3c1d2e7a5b4c6d8e0f-do-not-leak"

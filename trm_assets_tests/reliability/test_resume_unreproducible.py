@@ -31,7 +31,8 @@ from trm_assets.harness.storage.integrity import check_workspace
 from trm_assets.harness.storage.runlog import RunLog, RunLogReader
 from trm_assets.llm.factory import build_providers
 from trm_assets.llm.protocol import ChatResponse, LLMProvider, Message, ToolSpec, Usage
-from trm_assets_tests.tiny import new_workspace, tiny_config
+from trm_assets_tests.tiny import tiny_config
+from trm_bench.overhead import new_workspace
 
 
 class Killed(Exception):
@@ -337,9 +338,14 @@ def test_a_step_run_for_the_first_time_does_not_flush_when_it_opens(tmp_path: Pa
     _attempt(ws, cfg, salt=1, units=1)  # init
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         log = ctx.log
-        flushes = []
+        flushes: list[int] = []
         real = log.flush
-        log.flush = lambda: flushes.append(1) or real()  # type: ignore[method-assign]
+
+        def counted_flush() -> int:
+            flushes.append(1)
+            return real()
+
+        log.flush = counted_flush  # type: ignore[method-assign]  # spy on this one log
         ctx.forget_killed_gates("train_e0_s0_gate_")
         assert flushes == []
         ctx._earlier = {**(ctx._earlier or {}), "train_e0_s0_gate_x_cand": {}}  # a killed attempt

@@ -22,7 +22,8 @@ from trm_assets.domain.errors import TrmError
 from trm_assets.harness.loop.context import loop_context
 from trm_assets.harness.loop.runner import train
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.reliability.conftest import REPO, new_workspace, tiny_config
+from trm_assets_tests.tiny import REPO, tiny_config
+from trm_bench.overhead import new_workspace
 
 
 def manifest(ws: Path) -> dict[str, object]:

@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from trm_assets.cli.train import train_cmd
 from trm_assets.harness.data.config import ConfigError
 from trm_assets.llm.settings import SettingsError, load_settings
-from trm_assets_tests.reliability.conftest import new_workspace, tiny_config
+from trm_assets_tests.tiny import tiny_config
+from trm_bench.overhead import new_workspace
 
 KEY = "sk-live-0123456789abcdefXYZ"
 #: A real-model config; nothing listens on port 9, and no call may be attempted.

@@ -34,7 +34,8 @@ from trm_assets.harness.storage.versions import (
     write_version,
 )
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.reliability.conftest import REPO, new_workspace, tiny_config
+from trm_assets_tests.tiny import REPO, tiny_config
+from trm_bench.overhead import new_workspace
 
 #: Every applied edit is accepted: the first step creates a new current version for certain.
 ACCEPT_ALL = ("gate_policy=accept_all",)
@@ -218,7 +219,9 @@ def test_trm_check_finds_a_run_log_that_disagrees_with_the_manifest(ws: Path) ->
     best_run, best_skills = m["best"]["run_id"], m["best"]["skills"]
     step_run = next(h["run_id"] for h in m["history"] if h["run_id"] != best_run)
     with duckdb.connect(str(ws / "runs.duckdb")) as con:
-        (n,) = con.execute("SELECT n_rollouts FROM runs WHERE run_id = ?", [step_run]).fetchone()
+        row = con.execute("SELECT n_rollouts FROM runs WHERE run_id = ?", [step_run]).fetchone()
+        assert row is not None
+        (n,) = row
         con.execute("DELETE FROM predictions WHERE run_id = ?", [step_run])
         con.execute("UPDATE runs SET skills_version = 'v9' WHERE run_id = ?", [best_run])
     res = CliRunner().invoke(check_cmd, [str(ws)])

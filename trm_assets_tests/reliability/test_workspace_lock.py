@@ -31,15 +31,9 @@ from trm_assets.harness.storage.lock import (
     workspace_lock,
 )
 from trm_assets.harness.storage.workspace import read_manifest
-from trm_assets_tests.reliability.conftest import (
-    REPO,
-    child_env,
-    new_workspace,
-    run_child,
-    run_cli,
-    snapshot,
-    tiny_config,
-)
+from trm_assets_tests.reliability.conftest import child_env, run_child, run_cli, snapshot
+from trm_assets_tests.tiny import REPO, tiny_config
+from trm_bench.overhead import new_workspace
 
 HOLD = """
 import sys, time

@@ -101,7 +101,7 @@ def test_set_parses_like_yaml() -> None:
         (["sim.cue_strenght=1"], "sim.cue_strenght: unknown key"),
     ],
 )
-def test_each_validation_layer(overrides, fragment) -> None:
+def test_each_validation_layer(overrides: list[str], fragment: str) -> None:
     with pytest.raises(ConfigError) as ei:
         load_config(None, overrides, environ={}, dotenv_path=None)
     assert fragment in str(ei.value), str(ei.value)
@@ -171,7 +171,9 @@ def test_fingerprints() -> None:
 SECRET = "sk-test-DO-NOT-LEAK-1234567890"
 
 
-def test_api_key_never_leaks(monkeypatch, caplog, tmp_path: Path) -> None:
+def test_api_key_never_leaks(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TRM_LLM_API_KEY", SECRET)
     s = Settings()
@@ -196,7 +198,7 @@ def test_api_key_never_leaks(monkeypatch, caplog, tmp_path: Path) -> None:
     assert SECRET not in cfg.model_dump_json()
 
 
-def test_openai_api_key_alias_and_dotenv(monkeypatch, tmp_path: Path) -> None:
+def test_openai_api_key_alias_and_dotenv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TRM_LLM_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)

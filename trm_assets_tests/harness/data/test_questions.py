@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,10 @@ from trm_assets.harness.data.questions import (
     load_questions,
     strip_trailing_commas,
 )
-from trm_assets_tests.data_fixtures import flat_rows, video
+from trm_assets_tests.data_fixtures import WriteJson, flat_rows, video
 
 
-def test_official_json_current_keys(write_json) -> None:
+def test_official_json_current_keys(write_json: WriteJson) -> None:
     p = write_json("q.json", [video("001"), video("002", 3)])
     qs = load_questions(p)
     assert [q.question_id for q in qs] == ["001-1", "001-2", "002-1", "002-2", "002-3"]
@@ -34,7 +35,7 @@ def test_official_json_current_keys(write_json) -> None:
     assert QuestionSummary.of(qs).by_task_type == {"Counting Problem": 3, "OCR Problems": 2}
 
 
-def test_official_json_older_keys(write_json) -> None:
+def test_official_json_older_keys(write_json: WriteJson) -> None:
     p = write_json("old.json", [video("007", old_keys=True)])
     qs = load_questions(p)
     assert qs[0].duration == "short"
@@ -44,7 +45,7 @@ def test_official_json_older_keys(write_json) -> None:
     assert qs[0].options[0].startswith("A. ")
 
 
-def test_official_template_trailing_commas_and_response(write_json) -> None:
+def test_official_template_trailing_commas_and_response(write_json: WriteJson) -> None:
     text = """[
       {"video_id": "001", "duration": "short", "domain": "Knowledge",
        "sub_category": "Humanity & History",
@@ -127,7 +128,9 @@ def test_parquet_hf_schema(tmp_path: Path) -> None:
         (lambda v: v.pop("questions"), ["video #1", "'questions'"]),
     ],
 )
-def test_malformed_json_is_located(write_json, mutate, fragments) -> None:
+def test_malformed_json_is_located(
+    write_json: WriteJson, mutate: Callable[[dict[str, Any]], object], fragments: list[str]
+) -> None:
     v = video("001")
     mutate(v)
     p = write_json("bad.json", [v])
@@ -139,7 +142,7 @@ def test_malformed_json_is_located(write_json, mutate, fragments) -> None:
         assert f in msg, (f, msg)
 
 
-def test_invalid_json_syntax_names_line(write_json) -> None:
+def test_invalid_json_syntax_names_line(write_json: WriteJson) -> None:
     p = write_json("broken.json", None, text='[\n {"video_id": "1",\n  "questions": [}\n]')
     with pytest.raises(QuestionFormatError, match=r"line 3 column"):
         load_questions(p)
@@ -161,7 +164,7 @@ def test_csv_missing_columns(tmp_path: Path) -> None:
         load_questions(p)
 
 
-def test_duplicate_question_ids_and_bad_suffix(write_json, tmp_path: Path) -> None:
+def test_duplicate_question_ids_and_bad_suffix(write_json: WriteJson, tmp_path: Path) -> None:
     v = video("001")
     v["questions"][1]["question_id"] = "001-1"
     with pytest.raises(QuestionFormatError, match="unique question ids"):

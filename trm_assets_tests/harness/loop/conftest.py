@@ -15,14 +15,12 @@ from trm_assets.harness.loop.context import LoopContext, loop_context
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.loop.runner import train
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.tiny import (  # noqa: F401 - re-exported for the test modules
+from trm_assets_tests.tiny import (
     REPO,
-    SMOKE_CONFIG,
-    TINY,
-    _repo_cwd,
-    new_workspace,
+    _repo_cwd,  # noqa: F401 - registers the autouse fixture here
     tiny_config,
 )
+from trm_bench.overhead import new_workspace
 
 
 def run_to_end(

@@ -13,12 +13,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
 
 from trm_assets.agent.tools import Toolbox
 from trm_assets.evolution.diagnosis import failed_cases
+from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.loop import runner as runner_mod
 from trm_assets.harness.loop import session as session_mod
 from trm_assets.harness.loop import units as units_mod
@@ -29,8 +31,14 @@ from trm_assets.harness.loop.runner import current_action, run_action, train
 from trm_assets.harness.loop.session import open_session
 from trm_assets.harness.loop.step import evaluate
 from trm_assets.harness.storage import checkpoint
-from trm_assets.harness.storage.atomic import atomic_write_text, deferred_sync, take_unsynced
+from trm_assets.harness.storage.atomic import (
+    atomic_write_text,
+    deferred_sync,
+    json_text,
+    take_unsynced,
+)
 from trm_assets.harness.storage.checkpoint import load_state, wait_for_commits
+from trm_assets.harness.storage.lock import workspace_lock
 from trm_assets.harness.storage.runlog import RunLog, RunLogError
 from trm_assets.harness.storage.versions import write_version
 from trm_assets.llm.factory import build_providers
@@ -42,10 +50,26 @@ from trm_assets_tests.agent.fixtures import (
     question,
     skills_for,
 )
-from trm_assets_tests.harness.loop.conftest import new_workspace, tiny_config
+from trm_assets_tests.tiny import tiny_config
+from trm_bench.overhead import new_workspace
 
 
-def _initialized(tmp_path: Path) -> tuple[Path, object]:
+def _waiter(event: threading.Event) -> Callable[[], None]:
+    """``event.wait`` as a writer task's ``then`` (called with nothing, its result unused)."""
+
+    def wait() -> None:
+        event.wait()
+
+    return wait
+
+
+def _take_and_drop(lock: threading.Lock) -> None:
+    """Wait until ``lock`` is free (take it and let it go at once)."""
+    lock.acquire()
+    lock.release()
+
+
+def _initialized(tmp_path: Path) -> tuple[Path, RunConfig]:
     cfg = tiny_config()
     ws = new_workspace(tmp_path / "ws", cfg)
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
@@ -60,11 +84,12 @@ def test_a_checkpoint_behind_is_read_from_memory_and_lands_before_the_next_write
     state_path = ws / "state.json"
     before = state_path.read_text(encoding="utf-8")
     release = threading.Event()
-    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
-        ctx.log._submit(behind=True, then=release.wait)  # the writer is busy: the checkpoint queues
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        # the writer is busy: the checkpoint queues
+        ctx.log._submit(behind=True, then=_waiter(release))
         run_action(ctx, Action("step", epoch=0, step=0), behind=True)
         assert state_path.read_text(encoding="utf-8") == before  # not landed yet
-        state = load_state(state_path, cfg)  # type: ignore[arg-type]
+        state = load_state(state_path, cfg)
         assert state is not None and state.next_step == 1  # … but read as committed
         threading.Timer(0.3, release.set).start()
         t0 = time.perf_counter()
@@ -72,7 +97,7 @@ def test_a_checkpoint_behind_is_read_from_memory_and_lands_before_the_next_write
         assert time.perf_counter() - t0 >= 0.25
         landed = json.loads(state_path.read_text(encoding="utf-8"))
         assert landed["next_step"] == 1 and landed == json.loads(
-            checkpoint.json_text(checkpoint.state_to_dict(state))
+            json_text(checkpoint.state_to_dict(state))
         )
 
 
@@ -99,10 +124,10 @@ def test_a_checkpoint_that_fails_to_land_is_raised_and_the_old_one_stays(
     state_path = ws / "state.json"
     before = state_path.read_text(encoding="utf-8")
 
-    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         _step_whose_checkpoint_cannot_land(ctx, monkeypatch, wait_for_commits)
         assert state_path.read_text(encoding="utf-8") == before
-        again = load_state(state_path, cfg)  # type: ignore[arg-type]
+        again = load_state(state_path, cfg)
         assert again is not None and again.next_step == 0  # the step is still to be done
         with pytest.raises(OSError, match="No space"):
             ctx.log.flush()  # the run log's writer raises it too (once)
@@ -164,10 +189,10 @@ def test_new_versions_of_a_unit_are_synced_by_its_checkpoint(tmp_path: Path) -> 
     assert take_unsynced() == []
 
 
-def _fails_once() -> tuple[list[int], object]:
+def _fails_once() -> tuple[list[int], Callable[[duckdb.DuckDBPyConnection], None]]:
     fired: list[int] = []
 
-    def write(con: object) -> None:
+    def write(con: duckdb.DuckDBPyConnection) -> None:
         if not fired:
             fired.append(1)
             raise duckdb.IOException("IO Error: No space left on device")
@@ -188,11 +213,11 @@ def test_a_checkpoint_does_not_land_behind_a_failed_write_of_its_rows(
     orig = session_mod.UnitSession.commit
 
     def commit(self: session_mod.UnitSession, *, behind: bool = False) -> None:
-        self.ctx.log.defer(fail_once)  # type: ignore[arg-type]  # with the last barrier's rows
+        self.ctx.log.defer(fail_once)  # with the last barrier's rows
         orig(self, behind=behind)
 
     monkeypatch.setattr(session_mod.UnitSession, "commit", commit)
-    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         with pytest.raises(RunLogError, match="disk full"):
             train(ctx, max_units=1)
         assert fired == [1]
@@ -222,11 +247,11 @@ def test_a_replaced_landing_that_failed_is_raised(
             raise OSError(28, "No space left on device")
         real(path, text)
 
-    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
-        st = load_state(ctx.paths.state, cfg)  # type: ignore[arg-type]
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        st = load_state(ctx.paths.state, cfg)
         assert st is not None
         release = threading.Event()
-        ctx.log._submit(behind=True, then=release.wait)  # type: ignore[arg-type]
+        ctx.log._submit(behind=True, then=_waiter(release))
         monkeypatch.setattr(checkpoint, "_write_state", flaky)
         checkpoint.save_state_behind(ctx.paths.state, st, ws, ctx.log)
         st.next_step = 1
@@ -250,10 +275,10 @@ def test_a_failed_landing_stops_the_next_plan(
     ws, cfg = _initialized(tmp_path)
     other, _ = _initialized(tmp_path / "other")
 
-    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         # the landing has failed (the writer reports it)
         _step_whose_checkpoint_cannot_land(ctx, monkeypatch, ctx.log._join_behind)
-        unrelated = load_state(other / "state.json", cfg)  # type: ignore[arg-type]
+        unrelated = load_state(other / "state.json", cfg)
         assert unrelated is not None and unrelated.next_step == 0
         with pytest.raises(OSError, match="No space"):
             current_action(ctx)  # not "step e0 s0" again
@@ -268,9 +293,9 @@ def test_rows_handed_to_a_failed_writer_are_kept_in_call_order(tmp_path: Path) -
     try:
         log.begin_run("r", kind="step", defer=False)
         release = threading.Event()
-        log._submit(behind=True, then=release.wait)  # type: ignore[arg-type]
+        log._submit(behind=True, then=_waiter(release))
         fired, fail_once = _fails_once()
-        log.defer(fail_once)  # type: ignore[arg-type]
+        log.defer(fail_once)
         log.flush_behind()  # fails on the writer thread
         seen: list[int] = []
         log.defer(lambda con: seen.append(1))
@@ -297,13 +322,13 @@ def test_a_hand_over_after_a_failure_does_not_wait_for_the_queue(tmp_path: Path)
     log = RunLog.open(tmp_path / "runs.duckdb")
     release, held = threading.Event(), threading.Lock()
     try:
-        log._submit(behind=True, then=release.wait)  # type: ignore[arg-type]
+        log._submit(behind=True, then=_waiter(release))
         fired, fail_once = _fails_once()
-        log.defer(fail_once)  # type: ignore[arg-type]
+        log.defer(fail_once)
         log.flush_behind()
         failed = log._queued[-1]
         landing = log._submit(behind=True)  # skipped after the failure; its callback waits …
-        landing.add_done_callback(lambda f: (held.acquire(), held.release()))
+        landing.add_done_callback(lambda f: _take_and_drop(held))
         log._submit(behind=True)  # … so the writer cannot reach this one yet
         outcome: list[object] = []
         with held:  # as save_state_behind holds _LANDING_LOCK
@@ -335,7 +360,7 @@ def test_the_test_pool_orders_no_barrier_and_a_failed_units_bookkeeping_is_dropp
     (the test pool must not influence anything, not even a start order), and work queued for
     after the next launch by a unit that failed is dropped when the next unit opens."""
     ws, cfg = _initialized(tmp_path)
-    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         test_qs = ctx.pool_questions("test")
         asyncio.run(evaluate(ctx, "probe_holdout", "v1", "v1", test_qs, "holdout"))
         assert not {q.question_id for q in test_qs} & set(ctx._calls_seen)
@@ -358,7 +383,7 @@ def test_a_failed_units_rows_are_written_before_its_lock_is_released(
     ws, cfg = _initialized(tmp_path)
     pending_at_release: list[int] = []
     written: list[int] = []
-    real_lock = runner_mod.workspace_lock
+    real_lock = workspace_lock
 
     @contextlib.contextmanager
     def recording_lock(workspace: Path, *, command: str) -> Iterator[object]:
@@ -375,7 +400,7 @@ def test_a_failed_units_rows_are_written_before_its_lock_is_released(
 
     monkeypatch.setattr(session_mod.UnitSession, "commit", boom)
     monkeypatch.setattr(runner_mod, "workspace_lock", recording_lock)
-    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         with pytest.raises(RuntimeError, match="before its commit"):
             units_mod.run_unit(ctx, Action("step", epoch=0, step=0))
         assert pending_at_release == [1]  # written when the lock was released
@@ -398,20 +423,21 @@ def test_a_units_own_error_is_not_replaced_by_a_landing_failure_behind_it(
         unit_failed.wait(10)
         raise OSError(28, "No space left on device")
 
-    def run(ctx: LoopContext, action: Action, **kw: object) -> None:
+    def run(ctx: LoopContext, action: Action, **kw: Any) -> None:
         if action == Action("step", epoch=0, step=0):
-            real_run(ctx, action, **kw)  # type: ignore[arg-type]
+            real_run(ctx, action, **kw)
             return
         unit_failed.set()
         raise TrmError(f"{action.describe()}: the provider refused the key")
 
     monkeypatch.setattr(checkpoint, "_write_state", late_full)
     monkeypatch.setattr(runner_mod, "run_action", run)
-    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:  # type: ignore[arg-type]
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
         with pytest.raises(TrmError, match="refused the key") as raised:
             train(ctx, max_units=3)
         notes = raised.value.__notes__
         assert len(notes) == 1 and "earlier checkpoint did not land" in notes[0]
         assert "No space left on device" in notes[0]
         assert error_lines(raised.value) == [str(raised.value), notes[0]]
-        assert load_state(ws / "state.json", cfg).next_step == 0  # type: ignore[arg-type, union-attr]
+        landed = load_state(ws / "state.json", cfg)
+        assert landed is not None and landed.next_step == 0

@@ -12,7 +12,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from trm_assets.cli.train import train_cmd
-from trm_assets_tests.tiny import new_workspace, tiny_config
+from trm_assets_tests.tiny import tiny_config
+from trm_bench.overhead import new_workspace
 
 
 def test_training_stops_after_patience_epochs_without_a_better_best(tmp_path: Path) -> None:

@@ -9,16 +9,19 @@ from typing import Any
 
 import pytest
 
+from trm_assets.evolution import evolve as evolve_mod
 from trm_assets.harness.loop import step
+from trm_assets_tests.tiny import tiny_config
+from trm_bench.overhead import new_workspace
 
-from .conftest import digest, new_workspace, run_to_end, tiny_config
+from .conftest import digest, run_to_end
 
 
 def _run(
     ws: Path, monkeypatch: pytest.MonkeyPatch, extra: tuple[str, ...], *, prefetch: bool
 ) -> list[int]:
     """A tiny run; returns, per evolution call, how many calls were in flight when it started."""
-    real = step.evolve_single_skill
+    real = evolve_mod.evolve_single_skill
     flying = 0
     seen: list[int] = []
 

@@ -19,6 +19,7 @@ import pytest
 
 from trm_assets.domain.errors import TrmError
 from trm_assets.domain.question import skill_file_name
+from trm_assets.harness.data.config import RunConfig
 from trm_assets.harness.loop.context import LoopContext, loop_context
 from trm_assets.harness.loop.gate import (
     GateRequest,
@@ -27,7 +28,8 @@ from trm_assets.harness.loop.gate import (
     gate_passes,
 )
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.tiny import new_workspace, tiny_config
+from trm_assets_tests.tiny import tiny_config
+from trm_bench.overhead import new_workspace
 
 REALISTIC_T0 = ("sim.profile=realistic", "gate_passes=1", "val_size=72")
 
@@ -369,8 +371,10 @@ def test_temperature_zero_reuse_never_crosses_simulated_worlds(tmp_path: Path) -
     other = tiny_config(*REALISTIC_T0, "sim.seed=7", "sim.ability=3", "sim.text_flip_rate=0.4")
     slower = tiny_config(*REALISTIC_T0, "sim.latency_ms_mean=1")
 
-    def outcomes(cfg: object, workspace: Path, run_id: str) -> tuple[int, dict[str, bool]]:
-        with loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as c:  # type: ignore[arg-type, attr-defined]
+    def outcomes(
+        cfg: RunConfig, workspace: Path, run_id: str
+    ) -> tuple[int, dict[str, bool | None]]:
+        with loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as c:
             res = asyncio.run(evaluate(c, run_id, sv, pv, c.pool_questions("validation"), "slow_R"))
             return res.n_reused, {p.question_id: p.correct for p in res.predictions}
 

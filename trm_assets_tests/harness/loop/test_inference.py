@@ -38,7 +38,8 @@ QS = [
 
 
 def qid_of(messages: list[Message]) -> str:
-    for line in messages[1]["content"].splitlines():
+    content: str = messages[1]["content"]
+    for line in content.splitlines():
         if line.startswith("Question id: "):
             return line.removeprefix("Question id: ")
     raise AssertionError("no question id line")

@@ -23,7 +23,8 @@ from trm_assets.harness.loop.slow_update import served_from_gates
 from trm_assets.harness.storage.ladder_store import load_written_ladder
 from trm_assets.harness.storage.runlog import RunLog, RunLogReader
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.tiny import new_workspace, tiny_config
+from trm_assets_tests.tiny import tiny_config
+from trm_bench.overhead import new_workspace
 
 
 def test_rows_served_from_gates_stay_out_of_the_ladder(tmp_path: Path) -> None:
@@ -80,8 +81,8 @@ def test_a_chain_of_served_rows_is_followed_to_its_gate(tmp_path: Path) -> None:
                 [run, qid, json.dumps({"from_run": source})],
             )
     with RunLogReader.open(db) as r:
-        served = served_from_gates(r)
-    assert served.get("t_e1_R") == {"q1"}
-    assert served.get("t_e1_R2") == {"q1", "q3"}
-    assert served.get("t_e0_R2") == {"q3"}
-    assert served.get("t_e0_R", set()) == set()
+        from_gates = served_from_gates(r)
+    assert from_gates.get("t_e1_R") == {"q1"}
+    assert from_gates.get("t_e1_R2") == {"q1", "q3"}
+    assert from_gates.get("t_e0_R2") == {"q3"}
+    assert from_gates.get("t_e0_R", set()) == set()

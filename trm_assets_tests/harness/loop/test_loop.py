@@ -65,7 +65,7 @@ import warnings
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 import pytest
@@ -74,6 +74,7 @@ from click.testing import CliRunner
 from trm_assets.cli.init import init_cmd
 from trm_assets.cli.report import report_cmd, report_data
 from trm_assets.cli.train import train_cmd
+from trm_assets.domain import gate as domain_gate
 from trm_assets.domain.baseline_cache import (
     LADDER_DRAW,
     BaselineKey,
@@ -119,14 +120,10 @@ from trm_assets.harness.storage.versions import read_meta, read_version_files
 from trm_assets.harness.storage.workspace import read_manifest
 from trm_assets.llm.factory import ProviderConfigError, build_providers
 from trm_assets.llm.settings import Settings
-from trm_assets_tests.harness.loop.conftest import (
-    SMOKE_CONFIG,
-    digest,
-    new_workspace,
-    run_to_end,
-    tiny_config,
-)
+from trm_assets_tests.harness.loop.conftest import digest, run_to_end
+from trm_assets_tests.tiny import SMOKE_CONFIG, tiny_config
 from trm_assets_tests.truth import best_run, evaluated_run, run_accuracy, run_versions
+from trm_bench.overhead import new_workspace
 
 # ------------------------------------------------------------------------------------------------
 # planner
@@ -319,7 +316,7 @@ def test_a_baseline_infra_failure_is_retried_once_and_its_retry_is_the_pair(
         res = await real(ctx, run_id, positions, skills, req, kind)
         arms.append((kind, list(positions)))
         if kind == "gate_baseline" and not lost:  # the first baseline barrier loses one rollout
-            lost.append(tuple(positions[0]))  # type: ignore[arg-type]
+            lost.append(tuple(positions[0]))
             gone = replace(res.predictions[0], failure_kind="infra", correct=None)
             res = replace(res, predictions=(gone, *res.predictions[1:]))
         return res
@@ -446,9 +443,11 @@ def _record(ctx: LoopContext, name: str, edits: list[Edit], budget: int = 2) -> 
     )
 
 
-def _outcome(action: str, verdict: str, observed: dict[str, bool | None]) -> ValidationOutcome:
+def _outcome(
+    action: Literal["accept", "reject", "abort"], verdict: str, observed: dict[str, bool | None]
+) -> ValidationOutcome:
     return ValidationOutcome(
-        action=action,  # type: ignore[arg-type]
+        action=action,
         verdict=verdict,
         policy="ce_gate",
         gate_run_id="t_gate_x",
@@ -478,7 +477,7 @@ def test_accept_semantics(tmp_path: Path) -> None:
         name = skill_file_name(tt)
         qids = ctx.validation_by_type[tt]
         before = {q: state.correctness[q] for q in qids}
-        flipped = {q: not before[q] for q in qids[:3]}
+        flipped: dict[str, bool | None] = {q: not before[q] for q in qids[:3]}
         state.rejected_buffer[name] = []
         req = _request(ctx, tt, "t_gate_x", "unused")
         version = apply_accept(
@@ -674,7 +673,7 @@ def test_kill_mid_unit_and_resume_is_identical(
 
             mp.setattr(step, "apply_accept", accept_then_die)
         elif where == "mid_gate":  # baseline cache written, candidate block not yet run
-            real_pair = validate_mod.pair_block
+            real_pair = domain_gate.pair_block
 
             def pair_then_die(*a: Any, **k: Any) -> Any:
                 real_pair(*a, **k)
@@ -753,10 +752,10 @@ def test_dry_run_says_what_a_gate_visits_at_each_decoding() -> None:
 def test_providers_openai_needs_a_base_url() -> None:
     cfg = tiny_config("llm_provider=openai", "agent_model=m", "evolve_model=m", "gate_passes=1")
     with pytest.raises(ProviderConfigError, match="TRM_LLM_BASE_URL"):
-        build_providers(cfg.provider_spec(), Settings(_env_file=None, base_url=None))  # type: ignore[call-arg]
+        build_providers(cfg.provider_spec(), Settings(_env_file=None, base_url=None))
     p = build_providers(
         cfg.provider_spec(), Settings(_env_file=None, base_url="http://127.0.0.1:9/v1")
-    )  # type: ignore[call-arg]
+    )
     assert not p.simulated and p.oracle is None and p.agent.model == "m"
     assert build_providers(tiny_config().provider_spec()).simulated
 

@@ -16,7 +16,8 @@ from trm_assets.harness.storage.checkpoint import CheckpointError, load_state
 from trm_assets.harness.storage.integrity import check_workspace
 from trm_assets.harness.storage.workspace import read_manifest
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.harness.loop.conftest import new_workspace, tiny_config
+from trm_assets_tests.tiny import tiny_config
+from trm_bench.overhead import new_workspace
 
 
 def test_a_state_lost_after_a_step_is_refused_and_reported(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ from trm_assets.domain.question import skill_file_name
 from trm_assets.harness.loop.plan import Action
 from trm_assets.harness.storage.workspace import resolve_paths
 from trm_assets_tests.harness.loop.test_probation_confounded import _state_at
-from trm_assets_tests.tiny import new_workspace, tiny_config
+from trm_assets_tests.tiny import tiny_config
+from trm_bench.overhead import new_workspace
 
 
 def _text(ws: Path, version: str, name: str) -> str | None:

@@ -17,7 +17,8 @@ import pytest
 from trm_assets.harness.storage import checkpoint, workspace
 from trm_assets.harness.storage.checkpoint import state_from_dict, state_to_dict
 from trm_assets.harness.storage.records import EpochCounters, RunRef
-from trm_assets_tests.harness.loop.conftest import digest, run_to_end, tiny_config
+from trm_assets_tests.harness.loop.conftest import digest, run_to_end
+from trm_assets_tests.tiny import tiny_config
 
 OLD = Path(__file__).parent / "old_checkpoints"
 UNITS = (0, 2, 10, 20, 25)

@@ -23,7 +23,8 @@ from trm_assets.harness.loop.slow_update import _unevaluated_types_before
 from trm_assets.harness.storage.checkpoint import TrainState, load_state, save_state
 from trm_assets.harness.storage.records import ProbationSettlement
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.tiny import new_workspace, tiny_config
+from trm_assets_tests.tiny import tiny_config
+from trm_bench.overhead import new_workspace
 
 SETTLE = Action("slow_update", epoch=0, slow_step=4)
 DEFER = ProbationVerdict.DEFER.value

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from trm_assets.harness.loop.progress import ProgressReporter, format_progress
-from trm_assets.harness.loop.rollouts import InferenceProgress, InferenceResult, Usage
+from trm_assets.harness.loop.rollouts import InferenceProgress, InferenceResult
+from trm_assets.llm.protocol import Usage
 
 
 def _p(done: int, elapsed: float) -> InferenceProgress:

@@ -32,7 +32,9 @@ from trm_assets.harness.storage.records import (
     training_rollouts,
 )
 from trm_assets.llm.factory import build_providers
-from trm_assets_tests.harness.loop.conftest import digest, new_workspace, tiny_config
+from trm_assets_tests.harness.loop.conftest import digest
+from trm_assets_tests.tiny import tiny_config
+from trm_bench.overhead import new_workspace
 
 
 def _usage(rollouts: int) -> PhaseUsage:

@@ -67,7 +67,9 @@ _COLS_A = ("verdict", "wins")
 _COLS_B = ("verdict", "p_final")
 
 
-def _sequential(writes: list[tuple[tuple[str, ...], list[tuple[int, str, int]]]]) -> dict:
+def _sequential(
+    writes: list[tuple[tuple[str, ...], list[tuple[int, str, int]]]],
+) -> dict[int, dict[str, object]]:
     """The model: DuckDB's ``INSERT OR REPLACE`` of some columns sets those columns of an existing
     row and keeps the others; a new row has NULL in the columns not given."""
     table: dict[int, dict[str, object]] = {}
@@ -99,7 +101,8 @@ def _sequential(writes: list[tuple[tuple[str, ...], list[tuple[int, str, int]]]]
     )
 )
 def test_merged_writes_equal_sequential_replaces(
-    tmp_path_factory: pytest.TempPathFactory, writes: list
+    tmp_path_factory: pytest.TempPathFactory,
+    writes: list[tuple[tuple[str, ...], list[tuple[int, str, int]], str]],
 ) -> None:
     """Any sequence of calls, with two column sets and behind/foreground flushes in between,
     leaves the rows the statements one by one would."""

@@ -58,7 +58,9 @@ def log(tmp_path: Path) -> Any:
 
 
 def count(log: RunLog, table: str) -> int:
-    return log.query(f"SELECT count(*) AS n FROM {table}")[0]["n"]
+    n = log.query(f"SELECT count(*) AS n FROM {table}")[0]["n"]
+    assert isinstance(n, int), n
+    return n
 
 
 def test_schema_has_primary_keys(log: RunLog) -> None:
@@ -325,7 +327,7 @@ class _RunsModel:
 
 @settings(max_examples=60, deadline=None)
 @given(calls=st.lists(_CALL, max_size=25))
-def test_run_rows_match_the_calls_one_after_another(calls: list[tuple]) -> None:
+def test_run_rows_match_the_calls_one_after_another(calls: list[tuple[Any, ...]]) -> None:
     model = _RunsModel()
     with RunLog.open(":memory:") as log:
         for call in calls:

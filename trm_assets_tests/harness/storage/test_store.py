@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from trm_assets.evolution.types import text_hash
 from trm_assets.harness.storage import versions as store
 from trm_assets.harness.storage.runlog import RunLog
 from trm_assets.harness.storage.versions import (
@@ -58,7 +59,7 @@ def test_meta_records_parent_reason_edits_and_hashes(tmp_path: Path) -> None:
     again = read_meta(root, "v2")
     assert again == meta
     assert meta.parent == "v1" and meta.reason == "accept" and meta.edits == edits
-    assert meta.files["b.md"] == store.text_hash("z\n")
+    assert meta.files["b.md"] == text_hash("z\n")
     assert meta.files["a.md"] == read_meta(root, "v1").files["a.md"]
     assert META_FILE not in read_version_files(root, "v2")
 

@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trm_assets.llm.protocol import Message, ToolSpec
 from trm_assets.llm.sim.draws import digest
 from trm_assets.llm.sim.provider import encode_request, request_digest
 from trm_assets.llm.sim.roles import first_line
@@ -35,7 +36,9 @@ def _plain_digest(messages: list[dict[str, Any]], tools: Any, seed: int | None) 
 
 @settings(max_examples=300, deadline=None)
 @given(_messages, _tools, st.one_of(st.none(), st.integers(0, 10**6)))
-def test_encoded_digest_and_prompt_length_equal_the_plain_formulas(messages, tools, seed) -> None:
+def test_encoded_digest_and_prompt_length_equal_the_plain_formulas(
+    messages: list[Message], tools: list[ToolSpec] | None, seed: int | None
+) -> None:
     encoded = encode_request(messages, tools)
     assert request_digest(messages, tools, seed, encoded=encoded) == _plain_digest(
         messages, tools, seed
@@ -47,12 +50,14 @@ def test_encoded_digest_and_prompt_length_equal_the_plain_formulas(messages, too
 
 def test_a_known_request_keeps_its_digest() -> None:
     """Pinned value: the digest feeds every simulated draw (the committed figures depend on it)."""
-    messages = [
+    messages: list[Message] = [
         {"role": "system", "content": "You answer questions about videos."},
         {"role": "user", "content": "Question: what happens first? é"},
         {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
     ]
-    tools = [{"type": "function", "function": {"name": "answer", "description": "Answer."}}]
+    tools: list[ToolSpec] = [
+        {"type": "function", "function": {"name": "answer", "description": "Answer."}}
+    ]
     assert request_digest(messages, tools, 7) == _plain_digest(messages, tools, 7)
     assert request_digest(messages, tools, 7)[:16] == "1d105960c0467384"
 
