@@ -365,7 +365,6 @@ def apply_momentum(s: UnitSession) -> MomentumOutcome:
     paths = ctx.paths
     store = skill_store(paths)
     template = load_evolve_prompts(prompt_store(paths)).momentum
-    files = set(store.list_files())
     # Only types whose skill changed this epoch and still differs from its epoch-start text (a
     # probation rollback in step 4 restores that text and its outcomes): elsewhere both arms ran
     # the same text and the pairs are pure sampling noise (docs/decision-momentum-scope.md).
@@ -381,7 +380,7 @@ def apply_momentum(s: UnitSession) -> MomentumOutcome:
         calls = []
         for task_type, qids in ctx.validation_by_type.items():
             name = skill_file_name(task_type)
-            if name not in files or task_type not in changed:
+            if name not in current or task_type not in changed:
                 continue
             calls.append(
                 _or_none_on_infra(
