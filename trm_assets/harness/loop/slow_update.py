@@ -67,7 +67,12 @@ from trm_assets.harness.loop.step import (
     outcomes_by_qid,
     sample_index,
 )
-from trm_assets.harness.storage.checkpoint import CheckpointError, TrainState, encode_record
+from trm_assets.harness.storage.checkpoint import (
+    CheckpointError,
+    Probation,
+    TrainState,
+    encode_record,
+)
 from trm_assets.harness.storage.ladder_store import load_written_ladder, save_ladder
 from trm_assets.harness.storage.observation import mixed_score, nullable_score, write_rows
 from trm_assets.harness.storage.records import (
@@ -87,7 +92,7 @@ from trm_assets.harness.storage.records import (
     WriteBack,
 )
 from trm_assets.harness.storage.runlog import FLAG_REUSE, RunLogReader
-from trm_assets.harness.storage.versions import VersionNote
+from trm_assets.harness.storage.versions import VersionNote, parse_version
 from trm_assets.harness.storage.workspace import (
     StoreKind,
     advance_current,
@@ -231,15 +236,23 @@ def settle_probations(s: UnitSession) -> Mapping[str, ProbationSettlement]:
     ctx, state, epoch = s.ctx, s.state, s.epoch
     outcomes = _need(state.slow.r_outcomes, "r_outcomes")
     r = _need(state.slow.r, "r")
-    r_default = text_hash(ctx.skills(r.skills_version).get(DEFAULT_SKILL_FILE, ""))
+    r_skills = ctx.skills(r.skills_version)
+    r_default = text_hash(r_skills.get(DEFAULT_SKILL_FILE, ""))
     r_prompts = ctx.prompt_files(r.prompts_version)
     settled: dict[str, ProbationSettlement] = {}
     for name in sorted(state.probations):
         p = state.probations[name]
         qids = ctx.validation_by_type.get(p.task_type, ())
         stale = p.task_type in _unevaluated_types_before(state, p.opened_epoch)
+        # the anchor's outcomes are of the text the type read at the start of the epoch it opened
+        # in; another skill file it reads (``skill_mode: all``) that changed since then
+        # confounds the comparison with R (GATE §7: "other skills affecting this type")
+        moved = _other_files_changed(
+            ctx, p.task_type, p.skill_file, ctx.skills(_epoch_start_skills(state, p)), r_skills
+        )
         confounded = (
             stale
+            or bool(moved)
             or p.anchor_default_hash != r_default
             or ctx.prompt_files(p.anchor_prompts_version) != r_prompts
         )
@@ -256,6 +269,8 @@ def settle_probations(s: UnitSession) -> Mapping[str, ProbationSettlement]:
                 f" (the anchor holds {p.task_type}'s outcomes of another text than epoch "
                 f"{p.opened_epoch - 1} left current: R2 was discarded)"
             )
+        elif moved:
+            reason += f" (other skill files {p.task_type} reads changed: {', '.join(moved)})"
         entry = ProbationSettlement(
             verdict=res.verdict.value,
             wins=res.wins,
@@ -281,6 +296,34 @@ def settle_probations(s: UnitSession) -> Mapping[str, ProbationSettlement]:
         del state.probations[name]
     state.slow = replace(state.slow, probations=settled)
     return settled
+
+
+def _epoch_start_skills(state: TrainState, p: Probation) -> str:
+    """The skills version whose evaluation the probation's anchor snapshot holds: the start of
+    the epoch it opened in. Every probation settles in that epoch's slow update; were one ever
+    carried over, its own anchor version is the nearest record."""
+    if p.opened_epoch == state.epoch and "skills" in state.epoch_start_versions:
+        return state.epoch_start_versions["skills"]
+    return p.anchor_skills_version
+
+
+def _shown(ctx: LoopContext, task_type: str, skills: Mapping[str, str]) -> dict[str, str]:
+    """The skill texts a question of ``task_type`` reads under ``skill_mode`` (name → text)."""
+    return {f: skills[f] for f in active_skill_files(task_type, skills, ctx.cfg.skill_mode)}
+
+
+def _other_files_changed(
+    ctx: LoopContext,
+    task_type: str,
+    own: str,
+    before: Mapping[str, str],
+    after: Mapping[str, str],
+) -> list[str]:
+    """The skill files other than ``own`` that ``task_type`` reads in ``before`` or ``after`` and
+    whose text differs between them (always none under ``skill_mode: task``, whose only other
+    file, ``default-strategy.md``, the loop never changes)."""
+    a, b = _shown(ctx, task_type, before), _shown(ctx, task_type, after)
+    return sorted(f for f in set(a) | set(b) if f != own and a.get(f) != b.get(f))
 
 
 def _unevaluated_types_before(state: TrainState, epoch: int) -> tuple[str, ...]:
@@ -313,14 +356,10 @@ def unevaluated_types(ctx: LoopContext, state: TrainState) -> tuple[str, ...]:
         return tuple(sorted(ctx.validation_by_type))  # every type reads the prompts
     now = ctx.skills(ctx.paths.skills_version)
     source = {v: ctx.skills(v) for v in {r.skills_version, *rolled.values()}}
-
-    def shown(task_type: str, skills: Mapping[str, str]) -> dict[str, str]:
-        return {f: skills[f] for f in active_skill_files(task_type, skills, ctx.cfg.skill_mode)}
-
     return tuple(
         t
         for t in sorted(ctx.validation_by_type)
-        if shown(t, source[rolled.get(t) or r.skills_version]) != shown(t, now)
+        if _shown(ctx, t, source[rolled.get(t) or r.skills_version]) != _shown(ctx, t, now)
     )
 
 
@@ -365,15 +404,26 @@ def apply_momentum(s: UnitSession) -> MomentumOutcome:
     paths = ctx.paths
     store = skill_store(paths)
     template = load_evolve_prompts(prompt_store(paths)).momentum
-    # Only types whose skill changed this epoch and still differs from its epoch-start text (a
-    # probation rollback in step 4 restores that text and its outcomes): elsewhere both arms ran
-    # the same text and the pairs are pure sampling noise (docs/decision-momentum-scope.md).
+    # Only types whose skill changed this epoch and whose two arms are outcomes of the texts they
+    # name (docs/decision-momentum-scope.md):
+    # * the text the type reads still differs from its epoch-start text (a probation rollback in
+    #   step 4 restores that text and its outcomes; under ``skill_mode: none`` it reads no
+    #   skill): elsewhere both arms ran the same text and the pairs are pure sampling noise;
+    # * its epoch-start outcomes are of its epoch-start text (not a type the previous epoch left
+    #   unevaluated: those are of an older text, and the pairs would charge the ungated guidance
+    #   still current to this epoch's edits);
+    # * its current outcomes (R's) are of its current text (under ``skill_mode: all`` a rollback
+    #   in step 4 changes the text every type reads).
     current = ctx.skills(paths.skills_version)
+    start = ctx.skills(state.epoch_start_versions["skills"])
+    at_r = ctx.skills(_need(state.slow.r, "r").skills_version)
+    stale = set(_unevaluated_types_before(state, epoch))
     changed = {
         t
         for t in state.changed_task_types_this_epoch
-        if text_hash(current.get(skill_file_name(t), ""))
-        != state.epoch_start_skills.get(skill_file_name(t))
+        if t not in stale
+        and _shown(ctx, t, current) != _shown(ctx, t, start)
+        and _shown(ctx, t, current) == _shown(ctx, t, at_r)
     }
 
     async def all_updates() -> list[Any]:
@@ -488,8 +538,10 @@ def r2_closed_loop(s: UnitSession) -> R2Outcome:
     Runs only when step 6 or 7 made a new version. R2 *regressed* when its accuracy is below R's,
     or when some task type is verified worse on its own questions (R against R2, paired by
     question; the probation's harm rule, E⁻ ≥ 1/``probation_alpha_harm``, GATE §7): an ungated
-    change that costs one type a lot barely moves the pooled accuracy. Types whose probation
-    rolled back in step 4 are left out (R ran their old text). For a harmed type whose skill the
+    change that costs one type a lot barely moves the pooled accuracy. Both comparisons use only
+    the types that read after step 4 the text R evaluated (a probation rollback restores another
+    text: R ran the rolled-back one, and its questions would tilt the pooled accuracy towards
+    R2; :func:`_comparable_types`). For a harmed type whose skill the
     momentum changed (step 6), that guidance is reverted (file-level, to R's text); if the prompts
     changed and R2 regressed, the prompts are reverted. After any revert R2 is discarded (it
     evaluated a pair that is no longer current); otherwise R2 is kept: its correctness is written
@@ -509,11 +561,9 @@ def r2_closed_loop(s: UnitSession) -> R2Outcome:
         )
         charge_inference(state, f"e{epoch}", "R2", res)
         r2 = RunRef(run_id, r2_sv, new_pv, res.accuracy)
-        harmed = _harmed_types(ctx, state, outcomes_by_qid(res))
+        harmed, r_acc, r2_acc = r2_against_r(ctx, state, outcomes_by_qid(res), res.accuracy)
         out = replace(out, ran=True, r2=r2, harmed=harmed or None)
-        regressed = bool(harmed) or (
-            res.accuracy is not None and r.accuracy is not None and (res.accuracy < r.accuracy)
-        )
+        regressed = bool(harmed) or (r2_acc is not None and r_acc is not None and r2_acc < r_acc)
         undo = sorted(name for name in momentum.updated if _task_of(ctx, name) in set(harmed))
         if undo:
             revert_files(
@@ -530,7 +580,7 @@ def r2_closed_loop(s: UnitSession) -> R2Outcome:
                 "prompts",
                 prompts.before,
                 list(prompts.changed),
-                reason=f"R2 regressed e{epoch} ({res.accuracy} vs {r.accuracy}, harmed "
+                reason=f"R2 regressed e{epoch} ({r2_acc} vs {r_acc}, harmed "
                 f"{list(harmed)}): revert prompts",
             )
             out = replace(out, reverted=True, prompts_version=meta.version)
@@ -551,18 +601,61 @@ def _task_of(ctx: LoopContext, skill_file: str) -> str | None:
     return {skill_file_name(t): t for t in ctx.validation_by_type}.get(skill_file)
 
 
-def _harmed_types(
-    ctx: LoopContext, state: TrainState, r2_outcomes: Mapping[str, bool | None]
-) -> tuple[str, ...]:
-    """Task types R2 is verified worse on than R (paired by question, one draw each; the
-    probation's harm rule), except types whose probation rolled back (R ran another text)."""
+def r2_against_r(
+    ctx: LoopContext,
+    state: TrainState,
+    r2_outcomes: Mapping[str, bool | None],
+    r2_accuracy: float | None,
+) -> tuple[tuple[str, ...], float | None, float | None]:
+    """R2 against R on the types comparable between them (:func:`_comparable_types`): the types
+    verified worse, and the two pooled accuracies R2 is judged on. With every type comparable
+    these are the two runs' own accuracies."""
+    r = _need(state.slow.r, "r")
+    comparable = _comparable_types(ctx, state)
+    harmed = _harmed_types(ctx, state, r2_outcomes, comparable)
+    if len(comparable) == len(ctx.validation_by_type):
+        return harmed, r.accuracy, r2_accuracy
+    # R ran another text than R2's predecessor on the other types' questions (a rollback in
+    # step 4): the pooled comparison is made on the comparable types' questions only
+    qids = [q for t in comparable for q in ctx.validation_by_type[t]]
     r_outcomes = _need(state.slow.r_outcomes, "r_outcomes")
+    return harmed, _accuracy_on(r_outcomes, qids), _accuracy_on(r2_outcomes, qids)
+
+
+def _comparable_types(ctx: LoopContext, state: TrainState) -> tuple[str, ...]:
+    """The task types that read after step 4 the text R evaluated, so that R's outcomes are R2's
+    baseline on their questions. A probation rollback in step 4 restores another text: under
+    ``skill_mode: task`` its own type's, under ``all`` every type's (under ``none`` no type reads
+    a skill)."""
+    types = tuple(sorted(ctx.validation_by_type))
     settled = state.slow.probations or {}
-    rolled = {_task_of(ctx, name) for name, p in settled.items() if p.verdict == "ROLLBACK"}
+    rollbacks = [e.new_skills_version for e in settled.values() if e.new_skills_version]
+    if not rollbacks:
+        return types
+    at_r = ctx.skills(_need(state.slow.r, "r").skills_version)
+    after = ctx.skills(max(rollbacks, key=parse_version))  # the last version step 4 made
+    return tuple(t for t in types if _shown(ctx, t, at_r) == _shown(ctx, t, after))
+
+
+def _accuracy_on(outcomes: Mapping[str, bool | None], qids: list[str]) -> float | None:
+    """Correct / scored over ``qids`` (infra failures, ``None``, left out), as a run's accuracy."""
+    scored = [outcomes[q] for q in qids if outcomes.get(q) is not None]
+    return sum(1 for v in scored if v) / len(scored) if scored else None
+
+
+def _harmed_types(
+    ctx: LoopContext,
+    state: TrainState,
+    r2_outcomes: Mapping[str, bool | None],
+    comparable: tuple[str, ...],
+) -> tuple[str, ...]:
+    """The ``comparable`` task types R2 is verified worse on than R (paired by question, one draw
+    each; the probation's harm rule)."""
+    r_outcomes = _need(state.slow.r_outcomes, "r_outcomes")
     params = ctx.probation_params()
     out = []
     for task_type, qids in sorted(ctx.validation_by_type.items()):
-        if task_type in rolled:
+        if task_type not in comparable:
             continue
         res = probation_verdict(
             {q: r_outcomes.get(q) for q in qids},

@@ -49,3 +49,27 @@ def test_a_rolled_back_type_gets_no_momentum(tmp_path: Path) -> None:
     assert after.slow.momentum is not None
     assert after.budget["e0"]["momentum"]["llm_calls"] == len(expected)  # one call per type
     assert set(after.slow.momentum.updated) <= {skill_file_name(t) for t in expected}
+
+
+def test_a_type_the_previous_epoch_left_unevaluated_gets_no_momentum(tmp_path: Path) -> None:
+    """Seed 3: epoch 0 discards R2 and keeps Action Reasoning's guidance, so the type's epoch-1
+    start outcomes are of an older text than the one it reads. An edit of it is accepted in
+    epoch 1: its momentum pairs would charge that ungated guidance to the edit, so it gets none
+    (as its probation defers). The oracle reads the texts from the store."""
+    cfg = tiny_config("seed=3", "epochs=3")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    before = _state_at(ws, cfg, Action("slow_update", epoch=1, slow_step=6))
+    stale = set(before.history[0].unevaluated_types or ())
+    at_momentum = resolve_paths(ws).skills_version
+    start = before.epoch_start_versions["skills"]
+    changed = set(before.changed_task_types_this_epoch)
+    assert stale & changed, "the fixture run must edit a stale type in epoch 1"
+    expected = {
+        t
+        for t in changed - stale
+        if _text(ws, at_momentum, skill_file_name(t)) != _text(ws, start, skill_file_name(t))
+    }
+    after = _state_at(ws, cfg, Action("slow_update", epoch=1, slow_step=7))
+    assert after.slow.momentum is not None
+    assert after.budget["e1"].get("momentum", {"llm_calls": 0})["llm_calls"] == len(expected)
+    assert set(after.slow.momentum.updated) <= {skill_file_name(t) for t in expected}

@@ -185,3 +185,37 @@ def test_the_epoch_keeps_its_settlements_equal_to_the_rollbacks_in_the_store(
         n: (v, ProbationSettlement(**recorded, new_skills_version=v))
         for n, (v, recorded) in notes.items()
     }
+
+
+def test_another_skill_file_the_type_reads_confounds_under_skill_mode_all(
+    tmp_path: Path,
+) -> None:
+    """GATE §7: "other skills affecting this type changed between anchor and R" confounds. Under
+    ``skill_mode: all`` every type reads every skill file, so a probation whose type's *other*
+    files differ between the epoch's start (the text its anchor outcomes are of) and R is
+    deferred. Seed 1's epoch 0 has such probations. The oracle reads the files from the store."""
+    cfg = tiny_config("seed=1", "skill_mode=all")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    state = _state_at(ws, cfg, SETTLE)
+    assert state.slow.r is not None
+    start, at_r = state.epoch_start_versions["skills"], state.slow.r.skills_version
+
+    def files(version: str) -> dict[str, str]:
+        d = ws / "store" / "skills" / version
+        return {f.name: f.read_text() for f in sorted(d.glob("*.md"))}
+
+    a, b = files(start), files(at_r)
+    moved = {
+        name: sorted(f for f in set(a) | set(b) if f != name and a.get(f) != b.get(f))
+        for name in state.probations
+    }
+    assert any(moved.values()), f"the fixture run must change a second file: {moved}"
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        run_action(ctx, SETTLE)
+        after = load_state(ctx.paths.state, ctx.cfg)
+    assert after is not None and after.slow.probations is not None
+    for name, files_moved in moved.items():
+        settled = after.slow.probations[name]
+        if files_moved:
+            assert settled.verdict == DEFER, (name, settled)
+            assert ", ".join(files_moved) in settled.reason

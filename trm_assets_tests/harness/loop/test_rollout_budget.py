@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,15 +23,17 @@ from trm_assets.harness.loop.plan import (
     slow_update_reserve,
 )
 from trm_assets.harness.loop.runner import train
-from trm_assets.harness.loop.slow_update import _harmed_types
+from trm_assets.harness.loop.slow_update import _harmed_types, r2_against_r
 from trm_assets.harness.storage.checkpoint import load_state, new_state
 from trm_assets.harness.storage.records import (
     EpochCounters,
     PhaseUsage,
     ProbationSettlement,
+    RunRef,
     SlowRecords,
     training_rollouts,
 )
+from trm_assets.harness.storage.workspace import advance_current, revert_files
 from trm_assets.llm.factory import build_providers
 from trm_assets_tests.harness.loop.conftest import digest
 from trm_assets_tests.tiny import tiny_config
@@ -136,30 +139,90 @@ def test_a_budgeted_run_resumed_after_every_unit_ends_the_same(tmp_path: Path) -
     assert digest(stepped) == digest(whole)
 
 
-def test_r2_harm_check_names_the_types_verified_worse(tmp_path: Path) -> None:
-    cfg = tiny_config("val_size=96")
+Outcomes = Callable[[dict[str, list[str]], str, str], dict[str, bool]]
+
+
+def _r2_case(
+    tmp_path: Path, mode: str, r_of: Outcomes, r2_of: Outcomes
+) -> tuple[dict[str, list[str]], str, str, tuple[tuple[str, ...], float | None, float | None]]:
+    """R ran a version with an accepted edit of ``rolled``'s skill, step 4 rolled it back (a real
+    new version), R2 ran after: ``r2_against_r`` on the outcomes ``r_of`` and ``r2_of`` give
+    (arguments: the questions by type, the hurt type, the rolled-back type)."""
+    cfg = tiny_config("val_size=96", f"skill_mode={mode}")
     ws = new_workspace(tmp_path / "ws", cfg)
     with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
-        by_type = {t: q for t, q in ctx.validation_by_type.items() if len(q) >= 2}
-        # the type with the most questions is hurt, the next one was rolled back
-        hurt, rolled, *others = sorted(by_type, key=lambda t: (-len(by_type[t]), t))
-        r = {q: True for qs in by_type.values() for q in qs}
-        r2 = dict(r)
-        for q in by_type[hurt] + by_type[rolled]:  # every question of two types now wrong
-            r2[q] = False
+        by_type = {t: list(q) for t, q in ctx.validation_by_type.items()}
+        hurt, rolled, *_ = sorted(by_type, key=lambda t: (-len(by_type[t]), t))
+        seed = ctx.paths.skills_version
+        name = skill_file_name(rolled)
+        text = ctx.skills(seed)[name] + "\n- an accepted edit"
+        edited = advance_current(ws, "skills", {name: text}, reason="test: R's version")
+        back = revert_files(ws, "skills", seed, [name], reason="test: probation rollback")
+        r, r2 = r_of(by_type, hurt, rolled), r2_of(by_type, hurt, rolled)
         state = new_state(cfg)
         settled = {
-            skill_file_name(rolled): ProbationSettlement(
-                verdict="ROLLBACK", wins=0, losses=2, pairs=2, reason="", edits=1
+            name: ProbationSettlement(
+                verdict="ROLLBACK",
+                wins=0,
+                losses=2,
+                pairs=2,
+                reason="",
+                edits=1,
+                new_skills_version=back.version,
             )
         }
-        state.slow = SlowRecords(r_outcomes=r, probations=settled)
-        n_hurt = len(by_type[hurt])
-        harmed = _harmed_types(ctx, state, r2)
+        acc = sum(r.values()) / len(r)
+        run = RunRef("r", edited.version, ctx.paths.prompts_version, acc)
+        state.slow = SlowRecords(r=run, r_outcomes=dict(r), probations=settled)
+        return by_type, hurt, rolled, r2_against_r(ctx, state, r2, sum(r2.values()) / len(r2))
+
+
+@pytest.mark.parametrize("mode", ["task", "all", "none"])
+def test_r2_harm_check_names_the_types_verified_worse(tmp_path: Path, mode: str) -> None:
+    def r_of(by_type: dict[str, list[str]], hurt: str, rolled: str) -> dict[str, bool]:
+        return {q: True for qs in by_type.values() for q in qs}
+
+    def r2_of(by_type: dict[str, list[str]], hurt: str, rolled: str) -> dict[str, bool]:
+        # every question of the hurt and the rolled type wrong under R2, the rest right
+        return {q: t not in (hurt, rolled) for t, qs in by_type.items() for q in qs}
+
+    by_type, hurt, rolled, (harmed, _, _) = _r2_case(tmp_path, mode, r_of, r2_of)
     # E⁻ of n losses and no win reaches 1/α_harm = 10 only with enough questions: compute it
-    assert log_mixture_e(n_hurt, 0) >= math.log(10)  # enough questions to verify the harm
-    assert harmed == (hurt,)  # the rolled-back type is left out (R ran its old text)
-    assert all(t not in harmed for t in others)
+    assert log_mixture_e(len(by_type[hurt]), 0) >= math.log(10)
+    assert log_mixture_e(len(by_type[rolled]), 0) >= math.log(10)
+    # which types read, after the rollback, the text R ran: under `task` every type but the
+    # rolled one (its own file was reverted), under `all` none (every type reads that file),
+    # under `none` every type (no type reads a skill)
+    expected = {"task": (hurt,), "all": (), "none": tuple(sorted((hurt, rolled)))}[mode]
+    assert harmed == expected
+
+
+@pytest.mark.parametrize("mode", ["task", "all", "none"])
+def test_r2_pooled_comparison_leaves_out_a_rolled_back_text(tmp_path: Path, mode: str) -> None:
+    """The rollback fixed the rolled type's questions (wrong under R's text, right under R2's),
+    and R2 lost one answer elsewhere: over every question R2 looks better, over the questions
+    whose text R ran it is worse."""
+
+    def r_of(by_type: dict[str, list[str]], hurt: str, rolled: str) -> dict[str, bool]:
+        return {q: t != rolled for t, qs in by_type.items() for q in qs}
+
+    def r2_of(by_type: dict[str, list[str]], hurt: str, rolled: str) -> dict[str, bool]:
+        r2 = {q: True for qs in by_type.values() for q in qs}
+        r2[by_type[hurt][0]] = False
+        return r2
+
+    by_type, _, rolled, (harmed, r_acc, r2_acc) = _r2_case(tmp_path, mode, r_of, r2_of)
+    assert harmed == ()  # one lost answer is no verified harm
+    n_all = sum(len(qs) for qs in by_type.values())
+    n_rolled = len(by_type[rolled])
+    assert n_rolled > 1  # so that the whole pool favours R2
+    if mode == "task":  # R2 is judged on the other types' questions: R had them all right
+        assert (r_acc, r2_acc) == (1.0, 1 - 1 / (n_all - n_rolled))
+    elif mode == "all":  # no type read R's text after the rollback: no pooled comparison
+        assert (r_acc, r2_acc) == (None, None)
+    else:  # the whole pool (R's text is every type's text)
+        assert (r_acc, r2_acc) == ((n_all - n_rolled) / n_all, 1 - 1 / n_all)
+        assert r2_acc is not None and r_acc is not None and r2_acc > r_acc
 
 
 @pytest.mark.parametrize("flip", [0, 1])
@@ -172,7 +235,7 @@ def test_r2_harm_check_is_silent_without_a_change(tmp_path: Path, flip: int) -> 
         r2 = {q: (v if flip == 0 else not v) for q, v in r.items()}
         state = new_state(cfg)
         state.slow = SlowRecords(r_outcomes=r)
-        harmed = _harmed_types(ctx, state, r2)
+        harmed = _harmed_types(ctx, state, r2, tuple(sorted(ctx.validation_by_type)))
     # identical outcomes: no pair is discordant; every answer swapped: wins equal losses per
     # type within one question, far from a verified harm
     assert harmed == ()
