@@ -536,6 +536,17 @@ class LoopContext:
 
         return watch
 
+    def check_model_calls(self, what: str, run_id: str, errors: list[str], calls: int) -> None:
+        """A unit's evolution, diagnosis, momentum or system/tool calls: when a real endpoint
+        failed every one of them for infrastructure reasons (after the provider's retries), the
+        model is down, not the proposal empty — stop the unit before its checkpoint, as a
+        rollout outage does (``--resume`` redoes it). A single failed call among others stays
+        an ``INFRA`` no-edit; the simulated world's injected faults stay results (its drills are
+        deterministic: a re-run would fail the same way)."""
+        if self.providers.simulated or calls == 0 or len(errors) < calls:
+            return
+        raise self._outage(what, run_id, errors, "step")
+
     def _outage(self, what: str, run_id: str, errors: list[str], kind: str) -> InfraOutage:
         fix = (
             "the simulated world injects these faults (sim.fault_*_rate): lower them, or "

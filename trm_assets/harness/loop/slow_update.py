@@ -109,13 +109,22 @@ Echo = Callable[[str], None]
 T = TypeVar("T")
 
 
-async def _or_none_on_infra(call: Awaitable[T]) -> T | None:
+async def _or_infra(call: Awaitable[T]) -> T | InfraError:
     """An evolve/momentum call whose model failed for infrastructure reasons proposes nothing
-    (the previous text is kept); any other exception is a bug and propagates."""
+    (the previous text is kept; :func:`_proposals`); any other exception is a bug and
+    propagates."""
     try:
         return await call
-    except InfraError:
-        return None
+    except InfraError as e:
+        return e
+
+
+def _proposals(ctx: LoopContext, what: str, epoch: int, outs: list[T | InfraError]) -> list[T]:
+    """The calls that answered; a real endpoint that failed all of them stops the unit
+    (:meth:`LoopContext.check_model_calls`)."""
+    errors = [str(o) for o in outs if isinstance(o, InfraError)]
+    ctx.check_model_calls(what, f"{ctx.base}_e{epoch}_slow", errors, len(outs))
+    return [o for o in outs if not isinstance(o, InfraError)]
 
 
 def _need(value: T | None, name: str) -> T:
@@ -433,7 +442,7 @@ def apply_momentum(s: UnitSession) -> MomentumOutcome:
             if name not in current or task_type not in changed:
                 continue
             calls.append(
-                _or_none_on_infra(
+                _or_infra(
                     update_momentum(
                         name,
                         task_type,
@@ -449,7 +458,7 @@ def apply_momentum(s: UnitSession) -> MomentumOutcome:
             )
         return list(await asyncio.gather(*calls))
 
-    records = [r for r in asyncio.run(all_updates()) if r is not None]
+    records = _proposals(ctx, "every momentum call", epoch, asyncio.run(all_updates()))
     changes: dict[str, str] = {}
     for rec in records:
         charge_calls(state, f"e{epoch}", "momentum", rec.calls)
@@ -486,7 +495,7 @@ def evolve_system_and_tools(s: UnitSession) -> PromptsEvolution:
         calls = []
         if state.system_packs.cases:
             calls.append(
-                _or_none_on_infra(
+                _or_infra(
                     evolve_system_prompt(
                         state.system_packs,
                         prompts,
@@ -499,7 +508,7 @@ def evolve_system_and_tools(s: UnitSession) -> PromptsEvolution:
             )
         for name in sorted(state.tool_packs):
             calls.append(
-                _or_none_on_infra(
+                _or_infra(
                     evolve_single_tool(
                         state.tool_packs[name],
                         prompts,
@@ -512,7 +521,7 @@ def evolve_system_and_tools(s: UnitSession) -> PromptsEvolution:
             )
         return list(await asyncio.gather(*calls))
 
-    records = [r for r in asyncio.run(proposals()) if r is not None]
+    records = _proposals(ctx, "every system/tool evolution call", epoch, asyncio.run(proposals()))
     changes: dict[str, str] = {}
     edits: list[dict[str, Any]] = []
     for rec in records:

@@ -276,10 +276,14 @@ def run_step(s: UnitSession) -> StepResult:
             del state.gate_cooldown[name]
     acts = [r.action for r in result.reports]
     n_acc, n_rej, n_abort = acts.count("accept"), acts.count("reject"), acts.count("abort")
+    # an evolution call lost to infrastructure is not a skip (cooldown, no failures, no edit)
+    n_infra = sum(1 for r in result.reports if r.action == "no_edit" and r.verdict == "INFRA")
+    lost = f", evolution failed (infra) {n_infra}" if n_infra else ""
     s.say(
         f"epoch {epoch} step {step}: batch {result.n} acc {_fmt(result.accuracy)}; "
         f"accepted {n_acc}, rejected {n_rej}, aborted {n_abort}, "
-        f"skipped {len(acts) - n_acc - n_rej - n_abort}; skills {result.skills_version}"
+        f"skipped {len(acts) - n_acc - n_rej - n_abort - n_infra}{lost}; "
+        f"skills {result.skills_version}"
     )
     return result
 
@@ -323,6 +327,7 @@ async def _run_step(
             sample=sample_index(cfg.seed, "diagnose", epoch, step),
         )
     except InfraError as e:  # every diagnose call failed for infra: nothing to evolve from
+        ctx.check_model_calls("the step's diagnosis", run_id, [str(e)], 1)
         state.count("diagnose_infra")
         if echo is not None:
             echo(f"epoch {epoch} step {step}: diagnosis failed (infra: {e.kind}); no edits")
@@ -357,6 +362,9 @@ async def _run_step(
         for task in proposals.values():
             task.cancel()
         await asyncio.gather(*proposals.values(), return_exceptions=True)
+    evolved = [r for r in reports if r.action not in ("cooldown", "no_failures", "gate_cap")]
+    failed = [r.detail for r in evolved if r.action == "no_edit" and r.verdict == "INFRA"]
+    ctx.check_model_calls("every evolution call of the step", run_id, failed, len(evolved))
     paths = ctx.paths
     return StepResult(
         epoch,
