@@ -91,6 +91,10 @@ def train_cmd(
     paths = resolve_paths(workspace)
     label = "SIMULATED world" if cfg.llm_provider == "sim" else f"model {cfg.agent_model}"
     if dry_run:  # every check the run would make on its inputs first, then the estimate
+        if cfg.llm_provider != "sim":  # the endpoint's settings (no call is made)
+            from trm_assets.llm.factory import endpoint_settings
+
+            endpoint_settings()
         ds = load_dataset(cfg, with_trees=False)
         if paths.state.exists():  # a structural change is refused on resume: refused here too
             load_state(paths.state, cfg)

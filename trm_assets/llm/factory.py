@@ -64,12 +64,7 @@ def build_providers(spec: ProviderSpec, settings: Settings | None = None) -> Pro
         )
     from trm_assets.llm.openai_compat import OpenAICompatProvider
 
-    s = settings if settings is not None else load_settings()
-    if not s.base_url:
-        raise ProviderConfigError(
-            "llm_provider is 'openai' but TRM_LLM_BASE_URL is not set; put the endpoint's API "
-            "root (e.g. http://127.0.0.1:8000/v1) in the environment or .env"
-        )
+    s = endpoint_settings(settings)
 
     def client(model: str) -> LLMProvider:
         return OpenAICompatProvider(
@@ -91,3 +86,15 @@ def build_providers(spec: ProviderSpec, settings: Settings | None = None) -> Pro
         oracle=None,
         simulated=False,
     )
+
+
+def endpoint_settings(settings: Settings | None = None) -> Settings:
+    """The ``TRM_LLM_*`` settings of a real endpoint, checked as a run needs them (also by
+    ``trm train --dry-run``, which makes no call)."""
+    s = settings if settings is not None else load_settings()
+    if not s.base_url:
+        raise ProviderConfigError(
+            "llm_provider is 'openai' but TRM_LLM_BASE_URL is not set; put the endpoint's API "
+            "root (e.g. http://127.0.0.1:8000/v1) in the environment or .env"
+        )
+    return s

@@ -12,7 +12,10 @@ Variables: ``TRM_LLM_API_KEY`` (or ``OPENAI_API_KEY``), ``TRM_LLM_BASE_URL``, ``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -112,6 +115,14 @@ class Settings(BaseSettings):
             raise ValueError(
                 "expected an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/v1"
             )
+        if parts.query or parts.fragment:
+            # the client appends /chat/completions to the URL: a query would swallow the path
+            # (and a token in it would reach error messages); its value is never shown
+            raise ValueError(
+                "has a query string or fragment (?… or #…), which the request path cannot follow; "
+                "give the endpoint's base path only (e.g. http://127.0.0.1:8000/v1) and the key in "
+                "TRM_LLM_API_KEY"
+            )
         return v
 
     def api_key_value(self) -> str | None:
@@ -163,7 +174,35 @@ def settings_problems(err: ValidationError) -> list[str]:
 def load_settings(**values: Any) -> Settings:
     """:class:`Settings` from the environment / ``.env``; invalid variables raise
     :class:`SettingsError` (one human line each, never a pydantic dump or a secret)."""
+    env_file = values.get("_env_file", ".env")
+    unknown = unknown_variables({**_dotenv_names(env_file), **os.environ})
     try:
-        return Settings(**values)
+        settings = Settings(**values)
     except ValidationError as e:
-        raise SettingsError(settings_problems(e)) from None
+        raise SettingsError([*unknown, *settings_problems(e)]) from None
+    if unknown:
+        raise SettingsError(unknown)
+    return settings
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """``TRM_LLM_*`` names that set nothing (a typo would otherwise be ignored and the default
+    used), each with the closest known name."""
+    known = [f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields]
+    out = []
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
+            out.append(f"{name}: no such setting ({hint})")
+    return out
+
+
+def _dotenv_names(env_file: str | Path | None) -> dict[str, str]:
+    """The variables of the ``.env`` file :class:`Settings` reads (names only matter)."""
+    from dotenv import dotenv_values  # shipped with pydantic-settings
+
+    if env_file is None or not Path(env_file).is_file():
+        return {}
+    path = Path(env_file)
+    return {k: v or "" for k, v in dotenv_values(path).items()}

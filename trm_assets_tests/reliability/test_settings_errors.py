@@ -66,6 +66,18 @@ def train(ws: Path) -> tuple[int, list[str], str]:
             "ftp://files.example.com/v1",
             "TRM_LLM_BASE_URL: expected an http:// or https://",
         ),
+        # hostile review: a query string swallowed the request path, and a token in it was shown
+        (
+            "TRM_LLM_BASE_URL",
+            "http://127.0.0.1:9/v1?api-key=qqTOKENqq77",
+            "TRM_LLM_BASE_URL: has a query string or fragment",
+        ),
+        # hostile review: a misspelled variable was ignored and the default used
+        (
+            "TRM_LLM_MAX_RETRY",
+            "0",
+            "TRM_LLM_MAX_RETRY: no such setting (did you mean TRM_LLM_MAX_RETRIES?)",
+        ),
         ("TRM_LLM_API_KEY", KEY + "\n", "TRM_LLM_API_KEY (or OPENAI_API_KEY): contains whitespace"),
         (
             "OPENAI_API_KEY",
@@ -123,3 +135,28 @@ def test_a_long_value_in_a_shown_variable_is_not_echoed(monkeypatch: pytest.Monk
     text = str(ei.value)
     assert KEY[3:9] not in text and f"a {len(KEY)}-character value, not shown" in text
     assert "(got 'natve')" in text
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expect"),
+    [
+        ("TRM_LLM_BASE_URL", None, "llm_provider is 'openai' but TRM_LLM_BASE_URL is not set"),
+        ("TRM_LLM_TOOLMODE", "text", "TRM_LLM_TOOLMODE: no such setting (did you mean"),
+    ],
+)
+def test_the_dry_run_checks_the_endpoint_settings(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str | None, expect: str
+) -> None:
+    """Hostile review: `trm train --dry-run` said nothing of a missing TRM_LLM_BASE_URL, which the
+    real run then hit inside a Dagster run."""
+    if value is None:
+        monkeypatch.delenv(variable)
+    else:
+        monkeypatch.setenv(variable, value)
+    res = CliRunner().invoke(
+        train_cmd,
+        ["--workspace", str(ws), "--config", str(ws / "config.yaml"), "--dry-run"],
+    )
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("error: ")]
+    assert res.exit_code == 2 and len(errors) == 1, res.output
+    assert errors[0].startswith(f"error: {expect}"), res.output
