@@ -156,6 +156,7 @@ def test_dry_run_refuses_what_the_resume_would_refuse(
     changed = CliRunner().invoke(main, [*base, "--set", "seed=5"])
     assert changed.exit_code == 2, changed.output
     assert "different structural configuration" in changed.output
+    assert f"seed: {cfg.seed} → 5)" in changed.output  # the key that changed, both values
     assert "pre-flight estimate" not in changed.output
 
     # the simulated world prices its estimate from TRM_LLM_PRICE_* (README), and a malformed

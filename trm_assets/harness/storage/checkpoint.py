@@ -469,9 +469,11 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
     assert text is not None
     state = state_from_dict(parse_state_json(text, path), str(path))
     if state.structural_fingerprint != cfg.structural_fingerprint():
+        changed = _structural_changes(path, state.structural_fingerprint, cfg)
         raise CheckpointError(
             f"{path}: the checkpoint was written with a different structural configuration "
-            f"(fingerprint {state.structural_fingerprint}, now {cfg.structural_fingerprint()}): "
+            f"(fingerprint {state.structural_fingerprint}, now {cfg.structural_fingerprint()}"
+            f"{'; ' + '; '.join(changed) if changed else ''}): "
             "seed, data, pool sizes or batching changed, so the saved pools, batches and "
             "correctness no longer apply. Resume with the original config or start a new workspace."
         )
@@ -486,6 +488,24 @@ def load_state(path: Path, cfg: RunConfig) -> TrainState | None:
             )
         state.config_fingerprint = cfg.fingerprint()
     return state
+
+
+def _structural_changes(path: Path, fingerprint: str, cfg: RunConfig) -> list[str]:
+    """``key: old → new`` for the structural keys, when the workspace's own ``config.yaml`` (the
+    config it was created with) is the one the checkpoint was written with; else nothing (the
+    refusal then names the fingerprints only)."""
+    from trm_assets.harness.data.config import STRUCTURAL_FIELDS, load_config
+
+    try:
+        old = load_config(path.parent / "config.yaml", environ={}, dotenv_path=None)
+    except Exception:  # informational only: an unreadable or edited file names no key
+        return []
+    if old.structural_fingerprint() != fingerprint:
+        return []
+    fields = set(STRUCTURAL_FIELDS)
+    return changed_settings(
+        old.model_dump(mode="json", include=fields), cfg.model_dump(mode="json", include=fields)
+    )
 
 
 #: The drift last told per checkpoint in this process: the same drift loaded again is not told
