@@ -542,8 +542,11 @@ class LoopContext:
         model is down, not the proposal empty — stop the unit before its checkpoint, as a
         rollout outage does (``--resume`` redoes it). A single failed call among others stays
         an ``INFRA`` no-edit; the simulated world's injected faults stay results (its drills are
-        deterministic: a re-run would fail the same way)."""
+        deterministic: a re-run would fail the same way); ``infra_outage_rate`` 1.0 turns the
+        guard off, as it does the rollouts' (a drill through a faulty endpoint)."""
         if self.providers.simulated or calls == 0 or len(errors) < calls:
+            return
+        if self.cfg.infra_outage_rate >= 1.0:  # a share of failures never exceeds 1.0
             return
         raise self._outage(what, run_id, errors, "step")
 
