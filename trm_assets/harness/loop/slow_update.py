@@ -256,11 +256,16 @@ def settle_probations(s: UnitSession) -> Mapping[str, ProbationSettlement]:
         # the anchor's outcomes are of the text the type read at the start of the epoch it opened
         # in; another skill file it reads (``skill_mode: all``) that changed since then
         # confounds the comparison with R (GATE §7: "other skills affecting this type")
-        moved = _other_files_changed(
-            ctx, p.task_type, p.skill_file, ctx.skills(_epoch_start_skills(state, p)), r_skills
+        start_skills = ctx.skills(_epoch_start_skills(state, p))
+        moved = _other_files_changed(ctx, p.task_type, p.skill_file, start_skills, r_skills)
+        # ``skill_mode: none``: the type reads no skill file, so both arms ran the same text and
+        # their differences are noise — no evidence either way (a ROLLBACK said "worse")
+        unread = not any(
+            p.skill_file in _shown(ctx, p.task_type, k) for k in (start_skills, r_skills)
         )
         confounded = (
             stale
+            or unread
             or bool(moved)
             or p.anchor_default_hash != r_default
             or ctx.prompt_files(p.anchor_prompts_version) != r_prompts
@@ -277,6 +282,11 @@ def settle_probations(s: UnitSession) -> Mapping[str, ProbationSettlement]:
             reason += (
                 f" (the anchor holds {p.task_type}'s outcomes of another text than epoch "
                 f"{p.opened_epoch - 1} left current: R2 was discarded)"
+            )
+        elif unread:
+            reason = (
+                f"no evidence: {p.task_type} reads no version of {p.skill_file} under "
+                f"skill_mode {ctx.cfg.skill_mode!r}, so both arms ran the same text"
             )
         elif moved:
             reason += f" (other skill files {p.task_type} reads changed: {', '.join(moved)})"

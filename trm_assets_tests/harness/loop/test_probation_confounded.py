@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from trm_assets.agent.messages import active_skill_files
 from trm_assets.domain.probation import ProbationVerdict
 from trm_assets.domain.question import skill_file_name
 from trm_assets.harness.data.config import RunConfig
@@ -219,3 +220,36 @@ def test_another_skill_file_the_type_reads_confounds_under_skill_mode_all(
         if files_moved:
             assert settled.verdict == DEFER, (name, settled)
             assert ", ".join(files_moved) in settled.reason
+
+
+@pytest.mark.parametrize("seed", [17, 10])
+def test_a_probation_on_a_file_no_type_reads_has_no_evidence_under_skill_mode_none(
+    tmp_path: Path, seed: int
+) -> None:
+    """Under ``skill_mode: none`` the agent reads no skill file: an accepted edit (an A/A gate's
+    false accept) changed nothing a question reads, so anchor and R ran the same text and their
+    differences are noise. Seed 17's epoch 0 rolled such an edit back as verified worse (net −1
+    on one discordant pair), seed 10 kept it as "not worse"; both are deferred, with the reason.
+    The oracle: the probation's type reads none of the edited file in either version (read from
+    the store), and the pairs are still counted."""
+    cfg = tiny_config(f"seed={seed}", "skill_mode=none")
+    ws = new_workspace(tmp_path / "ws", cfg)
+    state = _state_at(ws, cfg, SETTLE)
+    (name,) = state.probations
+    assert state.slow.r is not None
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        p = state.probations[name]
+        for version in (state.epoch_start_versions["skills"], state.slow.r.skills_version):
+            assert name in ctx.skills(version)
+            assert active_skill_files(p.task_type, ctx.skills(version), cfg.skill_mode) == ()
+        run_action(ctx, SETTLE)
+        after = load_state(ctx.paths.state, ctx.cfg)
+    assert after is not None and after.slow.probations is not None
+    settled = after.slow.probations[name]
+    assert settled.verdict == DEFER
+    assert settled.wins + settled.losses >= 1
+    assert settled.new_skills_version is None
+    assert settled.reason == (
+        f"no evidence: {p.task_type} reads no version of {name} under skill_mode 'none', "
+        "so both arms ran the same text"
+    )
