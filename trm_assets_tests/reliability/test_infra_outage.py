@@ -233,7 +233,7 @@ def test_a_barrier_is_given_up_on_a_streak_of_lost_rollouts_only() -> None:
         return LoopContext._outage_streak(fake, "train_e0_s0_R", "slow_R")
 
     lost = SimpleNamespace(failure_kind="infra", error="infra: timeout: no reply")
-    answered = SimpleNamespace(failure_kind=None, error=None)
+    answered = SimpleNamespace(failure_kind=None, error=None, empty_reply=False)
     assert tiny_config().infra_outage_window == 20
     blip = watcher(False, 8)  # 20 + 8 × 4 in flight = 52 in a row
     for p in [answered] * 300 + [lost] * 20 + [answered] * 280:

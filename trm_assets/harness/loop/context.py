@@ -82,6 +82,10 @@ async def overlapped(barrier: Awaitable[T], work: Callable[[], None]) -> T:
     return await task
 
 
+#: a real endpoint's rollouts whose last reply was empty, in a row, that stop the unit
+EMPTY_REPLY_STREAK: Final = 20
+
+
 class InfraOutage(TrmError):
     """Most recent rollouts failed for infrastructure reasons: stop, do not decide."""
 
@@ -519,15 +523,23 @@ class LoopContext:
         review stopped a healthy endpoint after 20 lost of 600 that way). A streak, not a
         share: the first rollouts to end are not a sample of the barrier (a refused connection
         ends at once, an answer takes its time), and an endpoint that still answers breaks it.
-        Not in the simulated world (its faults recur at each resume)."""
+        Not in the simulated world (its faults recur at each resume).
+
+        The same watch stops a barrier after ``EMPTY_REPLY_STREAK`` rollouts in a row whose
+        last reply was empty (no text, no tool call; :meth:`_empty_replies`): the endpoint
+        answers, but nothing it says can be scored, and each would count as a wrong answer."""
         if self.providers.simulated:
             return None
         need = max(self.cfg.infra_outage_window, 10) + self.cfg.concurrency * ROLLOUTS_PER_SLOT
         streak: list[str] = []
+        empty = [0]
 
         def watch(p: Prediction) -> None:
             if p.failure_kind != FAILURE_INFRA:
                 streak.clear()
+                empty[0] = empty[0] + 1 if p.empty_reply else 0
+                if empty[0] >= EMPTY_REPLY_STREAK:
+                    raise self._empty_replies(empty[0], run_id, kind)
                 return
             streak.append(p.error or "")
             if len(streak) >= need:
@@ -550,6 +562,20 @@ class LoopContext:
             return
         raise self._outage(what, run_id, errors, "step")
 
+    def _empty_replies(self, n: int, run_id: str, kind: str) -> InfraOutage:
+        """A real endpoint whose replies carry neither text nor a tool call, ``n`` rollouts in a
+        row: every one would score as a wrong answer, and the run would go on deciding on them
+        (a reasoning model whose output stays in ``reasoning_content``, a token limit spent
+        before any answer, a chat template that drops the output)."""
+        return InfraOutage(
+            f"the agent model's last reply was empty (no content and no tool call) in {n} "
+            f"rollouts in a row (run {run_id}; model {self.providers.agent.model!r}): the server "
+            "answers, but nothing it says can be scored — a reasoning model whose answer stays "
+            "in reasoning_content (llama.cpp: --reasoning-format none), a token limit spent "
+            "before the answer, or a chat template that drops the output; "
+            + _then(kind, "fix the server or the model")
+        )
+
     def _outage(self, what: str, run_id: str, errors: list[str], kind: str) -> InfraOutage:
         fix = (
             "the simulated world injects these faults (sim.fault_*_rate): lower them, or "
@@ -557,14 +583,10 @@ class LoopContext:
             if self.providers.simulated
             else "fix the endpoint (TRM_LLM_BASE_URL, TRM_LLM_API_KEY)"
         )
-        then = (
-            f"the evaluation recorded no result — {fix} and run the same `trm eval` again"
-            if is_eval_command_kind(kind)
-            else f"the unit was stopped before its checkpoint — {fix} and run `trm train --resume`"
-        )
         return InfraOutage(
             f"{what} failed for infrastructure reasons (run {run_id}; model endpoint unreachable "
-            f"or failing: {'; '.join(e for e in errors[:3] if e) or 'no detail'}); {then}"
+            f"or failing: {'; '.join(e for e in errors[:3] if e) or 'no detail'}); "
+            + _then(kind, fix)
         )
 
     # -- parameters -----------------------------------------------------------------------------
@@ -619,6 +641,13 @@ class LoopContext:
             skill_mode=self.cfg.skill_mode,
         )
         return sum(probs.values()) / len(probs)
+
+
+def _then(kind: str, fix: str) -> str:
+    """What a stopped unit (or `trm eval`) left, and how to go on."""
+    if is_eval_command_kind(kind):
+        return f"the evaluation recorded no result — {fix} and run the same `trm eval` again"
+    return f"the unit was stopped before its checkpoint — {fix} and run `trm train --resume`"
 
 
 def _short_hash(value: Mapping[str, object]) -> str:

@@ -108,6 +108,9 @@ class Prediction:
     llm_latency_s: float = 0.0
     resumed: bool = False
     reused: bool = False  # served from an earlier rollout of the same prompt (temperature 0)
+    # the model's last reply had no text and no tool call (this process's rollouts only): a
+    # server whose every reply is empty is misconfigured, not a model answering wrong
+    empty_reply: bool = False
 
     @property
     def outcome(self) -> bool | None:
@@ -557,6 +560,10 @@ def _prediction(row: Mapping[str, Any], o: AgentOutcome | None) -> Prediction:
         usage=o.usage if o else Usage(),
         latency_s=float(row.get("latency_s") or 0.0),
         llm_latency_s=sum(s.latency_s for s in o.steps if s.role == "assistant") if o else 0.0,
+        empty_reply=o is not None
+        and o.infra_error is None
+        and o.stop_reason == "final_text"
+        and not (o.final_text or "").strip(),
     )
 
 

@@ -1,0 +1,117 @@
+"""A server whose every reply is empty stops the unit; it is not a model answering wrong.
+
+A reasoning model on llama.cpp puts its thinking in ``reasoning_content``; when the token limit
+runs out first, ``content`` is null and ``finish_reason`` is ``"length"``. Every rollout then
+ended as ``final_text`` with no letter and scored as a wrong answer, and the loop went on
+deciding on zeros (hostile review). On a real endpoint, ``EMPTY_REPLY_STREAK`` empty replies in
+a row stop the unit before its checkpoint, with the likely causes named; a model that only
+sometimes replies empty is data, as before."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from trm_assets.harness.loop.context import EMPTY_REPLY_STREAK, InfraOutage, loop_context
+from trm_assets.harness.loop.runner import train
+from trm_assets.harness.storage.checkpoint import load_state
+from trm_assets.harness.storage.runlog import RunLogReader
+from trm_assets.llm.factory import build_providers
+from trm_assets.llm.protocol import ChatResponse, LLMProvider, Message, ToolSpec, Usage
+from trm_assets_tests.harness.loop.conftest import digest
+from trm_assets_tests.tiny import tiny_config
+from trm_bench.overhead import new_workspace
+
+
+class _Reasoner:
+    """The simulated agent behind a server that loses the output: each reply keeps its usage
+    and drops its text and tool calls (``content: null``, ``finish_reason: "length"``) — for
+    every conversation, or (``some``) for a quarter of the questions, by a hash of the first
+    user message."""
+
+    def __init__(self, inner: LLMProvider, *, some: bool) -> None:
+        self._inner, self._some = inner, some
+        self.empty = 0
+
+    @property
+    def model(self) -> str:
+        return self._inner.model
+
+    @property
+    def usage(self) -> Usage:
+        return self._inner.usage
+
+    @property
+    def is_simulated(self) -> bool:
+        return False
+
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+    ) -> ChatResponse:
+        resp = await self._inner.chat(
+            messages, tools=tools, temperature=temperature, max_tokens=max_tokens, seed=seed
+        )
+        first = json.dumps([m for m in messages if m.get("role") == "user"][:1], sort_keys=True)
+        if self._some and hashlib.sha256(first.encode()).digest()[0] % 4 != 0:
+            return resp
+        self.empty += 1
+        return ChatResponse(
+            content=None, usage=resp.usage, model=resp.model, finish_reason="length"
+        )
+
+
+def _train(ws: Path, *, empty: str | None) -> _Reasoner | None:
+    cfg = tiny_config()
+    providers = build_providers(cfg.provider_spec())
+    agent = None if empty is None else _Reasoner(providers.agent, some=empty == "some")
+    if agent is not None:  # a real endpoint (the guards of the simulated world differ)
+        providers = dataclasses.replace(providers, agent=agent, simulated=False)
+    with loop_context(ws, cfg, providers) as ctx:
+        train(ctx)
+    return agent
+
+
+def test_every_reply_empty_stops_the_first_unit_and_resume_ends_like_a_clean_run(
+    tmp_path: Path,
+) -> None:
+    cfg = tiny_config()
+    ref = new_workspace(tmp_path / "ref", cfg)
+    _train(ref, empty=None)
+    ws = new_workspace(tmp_path / "ws", cfg)
+    with pytest.raises(InfraOutage) as err:
+        _train(ws, empty="all")
+    msg = str(err.value)
+    assert f"empty (no content and no tool call) in {EMPTY_REPLY_STREAK} rollouts in a row" in msg
+    assert "reasoning_content" in msg and "trm train --resume" in msg
+    state = load_state(ws / "state.json", cfg)
+    assert state is None or not state.initialized  # nothing was checkpointed on the zeros
+    with RunLogReader.open(ws / "runs.duckdb") as r:
+        stopped = r.query("SELECT status FROM runs")
+    assert {row["status"] for row in stopped} == {"outage"}
+    _train(ws, empty=None)  # the server is fixed: --resume ends where the reference did
+    assert digest(ws) == digest(ref)
+
+
+def test_a_model_that_sometimes_replies_empty_is_data(tmp_path: Path) -> None:
+    cfg = tiny_config()
+    ws = new_workspace(tmp_path / "ws", cfg)
+    agent = _train(ws, empty="some")
+    assert agent is not None and agent.empty >= EMPTY_REPLY_STREAK  # many, never 20 in a row
+    state = load_state(ws / "state.json", cfg)
+    assert state is not None and state.finalized
+    with RunLogReader.open(ws / "runs.duckdb") as r:
+        rows = r.query(
+            "SELECT count(*) AS n FROM predictions WHERE stop_reason = 'final_text' "
+            "AND (predicted IS NULL OR predicted = '')"
+        )
+    assert rows[0]["n"] >= agent.empty // 2
