@@ -121,6 +121,9 @@ class AgentOutcome:
     visited_nodes: tuple[str, ...] = ()
     inspect_sources: tuple[str, ...] = ()
     latency_s: float = 0.0
+    # the model names the server reported on this rollout's replies, in first-seen order (a
+    # server may serve another model than the request names: llama.cpp answers any name)
+    served_models: tuple[str, ...] = ()
 
     @property
     def is_infra_failure(self) -> bool:
@@ -205,6 +208,7 @@ class AgentLoop:
         usage = Usage()
         n_calls = n_tools = n_errors = 0
         visited: dict[str, None] = {}
+        served: dict[str, None] = {}
         sources: list[str] = []
 
         def outcome(letter: str, stop: str, **kw: Any) -> AgentOutcome:
@@ -220,6 +224,7 @@ class AgentLoop:
                 visited_nodes=tuple(visited),
                 inspect_sources=tuple(sources),
                 latency_s=time.perf_counter() - t_start,
+                served_models=tuple(served),
                 **kw,
             )
 
@@ -238,6 +243,8 @@ class AgentLoop:
                 return outcome("", STOP_ERROR, infra_error=str(e))
             n_calls += 1
             usage = usage + resp.usage
+            if resp.model:
+                served[resp.model] = None
             trace.add(
                 step=step,
                 role="assistant",

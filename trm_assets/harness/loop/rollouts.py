@@ -524,6 +524,7 @@ def _outcome_columns(o: AgentOutcome, q: Question) -> dict[str, Any]:
             "inspect": list(o.inspect_sources),
         },
         "final_text": o.final_text,
+        "served_model": ", ".join(o.served_models) or None,
     }
     if o.infra_error is not None:
         # stop_reason stays "error": the rollout did not complete (GATE §2: infra → None).
@@ -570,7 +571,7 @@ def _prediction(row: Mapping[str, Any], o: AgentOutcome | None) -> Prediction:
 #: the outcome columns a reused row copies from its source (no usage: nothing was called)
 REUSED_COLUMNS: Final = (
     "stop_reason", "predicted", "correct", "failure_kind", "error", "n_tool_calls",
-    "n_tool_errors", "skill_files", "evidence", "final_text",
+    "n_tool_errors", "skill_files", "evidence", "final_text", "served_model",
 )  # fmt: skip
 
 

@@ -109,6 +109,7 @@ PREDICTION_COLUMNS: tuple[str, ...] = (
     "final_text",
     "created_at",
     "final_text_bytes",
+    "served_model",
 )
 TRACE_COLUMNS: tuple[str, ...] = (
     "run_id",
@@ -197,6 +198,7 @@ DDL: dict[str, str] = {
             final_text VARCHAR,
             created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
             final_text_bytes BIGINT,
+            served_model VARCHAR,
             PRIMARY KEY (run_id, question_id, replicate)
         )""",
     "traces": """
@@ -244,6 +246,7 @@ IDENTITY_DDL = f"""
 #: EXISTS`` brings an older file up to date (additive, so the schema version stays 1).
 _ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("predictions", "final_text_bytes", "BIGINT"),
+    ("predictions", "served_model", "VARCHAR"),
     ("traces", "content_bytes", "BIGINT"),
 )
 

@@ -245,6 +245,17 @@ def test_simulated_model_end_to_end_in_process_and_over_http(
             b = run(http, log, "sim_a_http")
         assert b.n == 60 and b.n_infra_failures == 0
         assert log.run("sim_a_http")["model"] == "sim"  # type: ignore[index]
+        # provenance: the request named "sim", the server reported the model it serves
+        served = SimulatedProvider(world, SimConfig()).model
+        assert served != "sim"
+        rows = log.query(
+            "SELECT run_id, model, served_model, count(*) AS n FROM predictions "
+            "GROUP BY ALL ORDER BY run_id"
+        )
+        assert rows == [
+            {"run_id": "sim_a", "model": served, "served_model": served, "n": 60},
+            {"run_id": "sim_a_http", "model": "sim", "served_model": served, "n": 60},
+        ]
     blob = (tmp_path / "runs.duckdb").read_bytes()
     assert secret.encode() not in blob and b"Bearer" not in blob
     assert secret not in caplog.text

@@ -390,3 +390,31 @@ def test_rollouts_written_before_their_run_row_stay_idempotent(log: RunLog) -> N
     assert [(r["question_id"], r["stop_reason"], r["correct"]) for r in rows] == [
         ("q1", "answer", True)
     ]
+
+
+def test_an_older_run_log_gets_the_served_model_column(tmp_path: Path) -> None:
+    """`predictions.served_model` came after the first release: a file without it opens, gets
+    the column (NULL on its old rows) and takes new rows that carry it."""
+    import duckdb
+
+    db = tmp_path / "runs.duckdb"
+    old_ddl = DDL["predictions"].replace("served_model VARCHAR,", "")
+    assert old_ddl != DDL["predictions"]
+    with RunLog.open(db) as lg, lg.transaction() as con:
+        con.execute("DROP TABLE predictions")
+        con.execute(old_ddl)
+        con.execute(
+            "INSERT INTO predictions (run_id, question_id, replicate, model) "
+            "VALUES ('run_old', 'q0', 0, 'm')"
+        )
+    with duckdb.connect(str(db), read_only=True) as con:
+        cols = [r[0] for r in con.execute("DESCRIBE predictions").fetchall()]
+    assert "served_model" not in cols
+    with RunLog.open(db) as lg:
+        lg.add_rollout(pred(model="m", served_model="qwen2.5-0.5b-instruct-q4_k_m.gguf"), [], [])
+        lg.flush()
+        got = lg.query("SELECT run_id, model, served_model FROM predictions ORDER BY run_id")
+    assert got == [
+        {"run_id": "run_a", "model": "m", "served_model": "qwen2.5-0.5b-instruct-q4_k_m.gguf"},
+        {"run_id": "run_old", "model": "m", "served_model": None},
+    ]
