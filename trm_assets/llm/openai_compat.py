@@ -288,6 +288,11 @@ class OpenAICompatProvider:
         self._calls = 0
         self._retries = 0
         self._infra_errors = 0
+        # attempts in a row (over every call of this provider) that got no response within the
+        # deadline; any response resets it. Past ``silent_limit`` the endpoint is taken as hung
+        # and a timed-out attempt is not retried until it answers again.
+        self._silent = 0
+        self.silent_limit = 2 * self.max_concurrency
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
             weakref.WeakKeyDictionary()
         )
@@ -452,11 +457,24 @@ class OpenAICompatProvider:
                 async with asyncio.timeout(self.timeout_s):
                     resp = await client.post(self._url, content=payload, headers=self._headers())
             except (httpx.TimeoutException, TimeoutError):
+                with self._lock:
+                    self._silent += 1
+                    silent = self._silent
                 last = self._infra(
                     "timeout",
                     f"no complete response from {self._shown_url} within {self.timeout_s:g} s "
                     "(TRM_LLM_TIMEOUT_S bounds the whole attempt)",
                 )
+                if silent >= self.silent_limit:
+                    # a hung server costs every call its timeout × attempts: 52 rollouts in a
+                    # row (the outage streak) took ≈ 33 min at the defaults; not retried, ≈ 10
+                    attempts = attempt + 1
+                    last = self._infra(
+                        "timeout",
+                        f"{_strip_kind(last)}; the endpoint answered none of the last {silent} "
+                        "attempts, so a timeout is not retried until it answers again",
+                    )
+                    break
             except httpx.DecodingError:  # a body that cannot be decoded (bad gzip, charset)
                 last = self._infra(
                     "invalid_response", f"{self._shown_url} sent a body that cannot be decoded"
@@ -469,6 +487,8 @@ class OpenAICompatProvider:
                     + (f" ({detail})" if detail else ""),
                 )
             else:
+                with self._lock:
+                    self._silent = 0
                 latency = time.perf_counter() - t0
                 status = resp.status_code
                 if status == 200:
