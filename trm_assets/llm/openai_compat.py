@@ -666,7 +666,7 @@ class OpenAICompatProvider:
                 for c in calls
             ),
             usage=usage,
-            model=mask(model or self._model),
+            model=mask(model),  # "" when the server names none (not the request's name)
             finish_reason=mask(finish or "stop"),
             latency_s=latency,
         )

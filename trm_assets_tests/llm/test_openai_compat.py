@@ -219,3 +219,23 @@ def test_the_key_never_shows_in_repr_or_errors() -> None:
         OpenAICompatProvider(base_url="http://x/v1", model="m", api_key=SECRET)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="http"):
         OpenAICompatProvider(base_url="localhost:8000", model="m")
+
+
+@pytest.mark.parametrize(
+    ("reported", "expected"),
+    [("qwen2.5-0.5b-instruct-q4_k_m.gguf", "qwen2.5-0.5b-instruct-q4_k_m.gguf"), (None, "")],
+)
+def test_the_response_model_is_what_the_server_reported(
+    reported: str | None, expected: str
+) -> None:
+    """Provenance (`predictions.served_model`): a server that names no model is not taken to
+    confirm the requested one."""
+    body = completion("B")
+    if reported is None:
+        del body["model"]
+    else:
+        body["model"] = reported
+    with fake_openai(Reply(body=body)) as srv:
+        resp = chat_once(provider(srv.url))
+    assert srv.requests[0]["json"]["model"] == "test-model"
+    assert resp.model == expected

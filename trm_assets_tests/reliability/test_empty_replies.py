@@ -70,8 +70,8 @@ class _Reasoner:
         )
 
 
-def _train(ws: Path, *, empty: str | None) -> _Reasoner | None:
-    cfg = tiny_config()
+def _train(ws: Path, *, empty: str | None, extra: tuple[str, ...] = ()) -> _Reasoner | None:
+    cfg = tiny_config(*extra)
     providers = build_providers(cfg.provider_spec())
     agent = None if empty is None else _Reasoner(providers.agent, some=empty == "some")
     if agent is not None:  # a real endpoint (the guards of the simulated world differ)
@@ -81,31 +81,57 @@ def _train(ws: Path, *, empty: str | None) -> _Reasoner | None:
     return agent
 
 
+@pytest.mark.parametrize(
+    "extra", [(), ("agent_temperature=0", "gate_passes=1")], ids=["fresh-draws", "temperature-0"]
+)
 def test_every_reply_empty_stops_the_first_unit_and_resume_ends_like_a_clean_run(
-    tmp_path: Path,
+    tmp_path: Path, extra: tuple[str, ...]
 ) -> None:
-    cfg = tiny_config()
+    """At temperature 0 the empty rows would be served again — to the resumed run (same prompt
+    keys: a server flag is not in them) and to any later run of the same prompt — so the
+    stopped run's rows are discarded: the resume redoes it, and its accuracy and every later
+    decision equal the reference's."""
+    cfg = tiny_config(*extra)
     ref = new_workspace(tmp_path / "ref", cfg)
-    _train(ref, empty=None)
+    _train(ref, empty=None, extra=extra)
     ws = new_workspace(tmp_path / "ws", cfg)
     with pytest.raises(InfraOutage) as err:
-        _train(ws, empty="all")
+        _train(ws, empty="all", extra=extra)
     msg = str(err.value)
-    assert f"empty (no content and no tool call) in {EMPTY_REPLY_STREAK} rollouts in a row" in msg
+    assert (
+        f"empty (no content and no tool call) in each of the first {EMPTY_REPLY_STREAK} rollouts"
+        in msg
+    )
     assert "reasoning_content" in msg and "trm train --resume" in msg
     state = load_state(ws / "state.json", cfg)
     assert state is None or not state.initialized  # nothing was checkpointed on the zeros
     with RunLogReader.open(ws / "runs.duckdb") as r:
-        stopped = r.query("SELECT status FROM runs")
-    assert {row["status"] for row in stopped} == {"outage"}
-    _train(ws, empty=None)  # the server is fixed: --resume ends where the reference did
+        stopped = r.query("SELECT run_id, status FROM runs")
+        left = r.query("SELECT count(*) AS n FROM predictions")[0]["n"]
+    assert [row["status"] for row in stopped] == ["outage"] and left == 0
+    _train(ws, empty=None, extra=extra)  # the server is fixed: --resume ends where ref did
     assert digest(ws) == digest(ref)
+    query = "SELECT run_id, status, accuracy, n_rollouts FROM runs ORDER BY run_id"
+    empty = (
+        "SELECT count(*) AS n FROM predictions WHERE stop_reason = 'final_text' AND predicted = ''"
+    )
+    with RunLogReader.open(ws / "runs.duckdb") as r, RunLogReader.open(ref / "runs.duckdb") as q:
+        assert r.query(query) == q.query(query)
+        assert r.query(empty) == q.query(empty)
 
 
-def test_a_model_that_sometimes_replies_empty_is_data(tmp_path: Path) -> None:
-    cfg = tiny_config()
+@pytest.mark.parametrize(
+    "extra", [(), ("val_size=96", "concurrency=16")], ids=["tiny", "96-per-pool"]
+)
+def test_a_model_that_sometimes_replies_empty_is_data(
+    tmp_path: Path, extra: tuple[str, ...]
+) -> None:
+    """With 96 validation questions about 20 go quiet; a barrier's longest-first order starts
+    their one-call rollouts together at its end, 20 empty replies in a row — a review stopped
+    this healthy run that way before the guard looked only at a process's first replies."""
+    cfg = tiny_config(*extra)
     ws = new_workspace(tmp_path / "ws", cfg)
-    agent = _train(ws, empty="some")
+    agent = _train(ws, empty="some", extra=extra)
     assert agent is not None and agent.empty >= EMPTY_REPLY_STREAK  # many, never 20 in a row
     state = load_state(ws / "state.json", cfg)
     assert state is not None and state.finalized

@@ -90,6 +90,10 @@ class InfraOutage(TrmError):
     """Most recent rollouts failed for infrastructure reasons: stop, do not decide."""
 
 
+class EmptyReplies(InfraOutage):
+    """The endpoint answers, but with nothing: the barrier's rows are not outcomes."""
+
+
 @dataclass
 class LoopContext:
     """Dependencies of the loop (no mutable training state)."""
@@ -108,6 +112,9 @@ class LoopContext:
     _recent_infra: deque[tuple[int, bool]] = field(
         default_factory=lambda: deque(maxlen=20), repr=False
     )
+    # a live rollout of this process ended on a reply with text or a tool call: the endpoint
+    # can answer, and the empty-reply guard is off for the process
+    _replied: bool = field(default=False, repr=False)
     # prompts version → (the verified meta it was loaded under, the prompts): a barrier reads its
     # prompt set once per version, not once per barrier
     _prompts: dict[str, tuple[object, AgentPrompts]] = field(default_factory=dict, repr=False)
@@ -380,10 +387,15 @@ class LoopContext:
             for o in self.observers:
                 o.on_barrier(result)
             self._check_outage(result, kind)
-        except InfraOutage:
+        except InfraOutage as e:
             # given up mid-barrier (the streak) or after it (_check_outage): the run's row says
             # so, not "failed" nor "done" (a later `trm eval` reused a "done" one)
             if self._log is not None:
+                if isinstance(e, EmptyReplies):
+                    # its empty replies are complete rows: at temperature 0 the resumed run
+                    # (same prompt keys: a server flag is not in them) and any later run of the
+                    # same prompt would take them as answers — the run is redone whole
+                    self._log.discard_rows(run_id)
                 self._log.finish_run(run_id, status="outage", defer=True)
             raise
         return result
@@ -525,9 +537,13 @@ class LoopContext:
         ends at once, an answer takes its time), and an endpoint that still answers breaks it.
         Not in the simulated world (its faults recur at each resume).
 
-        The same watch stops a barrier after ``EMPTY_REPLY_STREAK`` rollouts in a row whose
-        last reply was empty (no text, no tool call; :meth:`_empty_replies`): the endpoint
-        answers, but nothing it says can be scored, and each would count as a wrong answer."""
+        The same watch stops a barrier whose first ``EMPTY_REPLY_STREAK`` rollouts ended on an
+        empty reply (no text, no tool call; :meth:`_empty_replies`) while no rollout of the
+        process has ended on a real one: the endpoint answers, but nothing it says can be
+        scored. Once one reply had content the guard is off for the process: a model that goes
+        quiet on some questions is data, and the barrier's longest-first order starts the
+        one-call rollouts — every empty reply — together at its end, so a streak there is no
+        sign of a broken setup (a review stopped a healthy run that way)."""
         if self.providers.simulated:
             return None
         need = max(self.cfg.infra_outage_window, 10) + self.cfg.concurrency * ROLLOUTS_PER_SLOT
@@ -537,9 +553,12 @@ class LoopContext:
         def watch(p: Prediction) -> None:
             if p.failure_kind != FAILURE_INFRA:
                 streak.clear()
-                empty[0] = empty[0] + 1 if p.empty_reply else 0
-                if empty[0] >= EMPTY_REPLY_STREAK:
-                    raise self._empty_replies(empty[0], run_id, kind)
+                if not p.empty_reply:
+                    self._replied = True
+                elif not self._replied:
+                    empty[0] += 1
+                    if empty[0] >= EMPTY_REPLY_STREAK:
+                        raise self._empty_replies(empty[0], run_id, kind)
                 return
             streak.append(p.error or "")
             if len(streak) >= need:
@@ -563,16 +582,16 @@ class LoopContext:
         raise self._outage(what, run_id, errors, "step")
 
     def _empty_replies(self, n: int, run_id: str, kind: str) -> InfraOutage:
-        """A real endpoint whose replies carry neither text nor a tool call, ``n`` rollouts in a
-        row: every one would score as a wrong answer, and the run would go on deciding on them
-        (a reasoning model whose output stays in ``reasoning_content``, a token limit spent
-        before any answer, a chat template that drops the output)."""
-        return InfraOutage(
-            f"the agent model's last reply was empty (no content and no tool call) in {n} "
-            f"rollouts in a row (run {run_id}; model {self.providers.agent.model!r}): the server "
-            "answers, but nothing it says can be scored — a reasoning model whose answer stays "
-            "in reasoning_content (llama.cpp: --reasoning-format none), a token limit spent "
-            "before the answer, or a chat template that drops the output; "
+        """A real endpoint whose replies carry neither text nor a tool call, ``n`` rollouts and
+        no other: every one would score as a wrong answer, and the run would go on deciding on
+        them (a reasoning model whose output stays in ``reasoning_content``, a token limit
+        spent before any answer, a chat template that drops the output)."""
+        return EmptyReplies(
+            f"the agent model's last reply was empty (no content and no tool call) in each of "
+            f"the first {n} rollouts (run {run_id}; model {self.providers.agent.model!r}): the "
+            "server answers, but nothing it says can be scored — a reasoning model whose "
+            "answer stays in reasoning_content (llama.cpp: --reasoning-format none), a token "
+            "limit spent before the answer, or a chat template that drops the output; "
             + _then(kind, "fix the server or the model")
         )
 

@@ -510,6 +510,18 @@ class _CallSlots:
             )
 
 
+#: characters of ``served_model`` kept (a name is short; a server's is not trusted)
+SERVED_MODEL_CAP: Final = 256
+
+
+def _served(names: Sequence[str]) -> str | None:
+    """The model names a rollout's replies reported, joined, cut at SERVED_MODEL_CAP."""
+    text = ", ".join(names)
+    if len(text) > SERVED_MODEL_CAP:
+        text = text[: SERVED_MODEL_CAP - 1] + "…"
+    return text or None
+
+
 def _outcome_columns(o: AgentOutcome, q: Question) -> dict[str, Any]:
     cols: dict[str, Any] = {
         "n_llm_calls": o.n_llm_calls,
@@ -524,7 +536,7 @@ def _outcome_columns(o: AgentOutcome, q: Question) -> dict[str, Any]:
             "inspect": list(o.inspect_sources),
         },
         "final_text": o.final_text,
-        "served_model": ", ".join(o.served_models) or None,
+        "served_model": _served(o.served_models),
     }
     if o.infra_error is not None:
         # stop_reason stays "error": the rollout did not complete (GATE §2: infra → None).

@@ -345,3 +345,15 @@ def test_heartbeat_reports_while_no_rollout_has_finished(log: RunLog) -> None:
     infer(ScriptedLLM(explorer(lambda m: "A"), latency_s=0.3), log, run_id="run_2",
           concurrency=3, progress=quiet.append)  # fmt: skip
     assert [q.done for q in quiet] == [1, 2, 3]
+
+
+def test_served_model_is_capped_and_keeps_first_seen_order() -> None:
+    """A server's model name is not trusted to be short (issue 18.7 caps every model-supplied
+    value): the joined names are cut at SERVED_MODEL_CAP characters with a mark."""
+    from trm_assets.harness.loop.rollouts import SERVED_MODEL_CAP, _served
+
+    assert _served(()) is None
+    assert _served(("b", "a")) == "b, a"
+    long = _served(("m" * 5_000_000,))
+    assert long is not None and len(long) == SERVED_MODEL_CAP and long.endswith("…")
+    assert long[:-1] == "m" * (SERVED_MODEL_CAP - 1)
