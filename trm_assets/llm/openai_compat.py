@@ -450,6 +450,7 @@ class OpenAICompatProvider:
         for attempt in range(attempts):
             t0 = time.perf_counter()
             retry_after: float | None = None
+            silent = 0  # > 0: this attempt got no answer from the model (the count so far)
             try:
                 # One wall-clock deadline for the whole attempt (connect, upload, every byte of
                 # the response): httpx's own timeout is per read, so a server dripping one byte
@@ -457,25 +458,14 @@ class OpenAICompatProvider:
                 async with asyncio.timeout(self.timeout_s):
                     resp = await client.post(self._url, content=payload, headers=self._headers())
             except (httpx.TimeoutException, TimeoutError):
-                with self._lock:
-                    self._silent += 1
-                    silent = self._silent
+                silent = self._count_silence(True)
                 last = self._infra(
                     "timeout",
                     f"no complete response from {self._shown_url} within {self.timeout_s:g} s "
                     "(TRM_LLM_TIMEOUT_S bounds the whole attempt)",
                 )
-                if silent >= self.silent_limit:
-                    # a hung server costs every call its timeout × attempts: 52 rollouts in a
-                    # row (the outage streak) took ≈ 33 min at the defaults; not retried, ≈ 10
-                    attempts = attempt + 1
-                    last = self._infra(
-                        "timeout",
-                        f"{_strip_kind(last)}; the endpoint answered none of the last {silent} "
-                        "attempts, so a timeout is not retried until it answers again",
-                    )
-                    break
             except httpx.DecodingError:  # a body that cannot be decoded (bad gzip, charset)
+                self._count_silence(False)
                 last = self._infra(
                     "invalid_response", f"{self._shown_url} sent a body that cannot be decoded"
                 )
@@ -487,8 +477,8 @@ class OpenAICompatProvider:
                     + (f" ({detail})" if detail else ""),
                 )
             else:
-                with self._lock:
-                    self._silent = 0
+                # a 504 is a proxy's timeout: its upstream answered nothing either
+                silent = self._count_silence(resp.status_code == 504)
                 latency = time.perf_counter() - t0
                 status = resp.status_code
                 if status == 200:
@@ -530,6 +520,17 @@ class OpenAICompatProvider:
                         f"HTTP {status} from {self._shown_url}: {body}",
                         status=status,
                     )
+            if silent >= self.silent_limit and last is not None:
+                # a hung server costs every call its deadline × attempts: 52 rollouts in a row
+                # (the outage streak) took ≈ 33 min at the defaults; not retried, ≈ 10
+                attempts = attempt + 1
+                last = self._infra(
+                    last.kind,
+                    f"{_strip_kind(last)}; the endpoint answered none of the last {silent} "
+                    "attempts, so such an attempt is not retried until it answers again",
+                    status=last.status,
+                )
+                break
             if attempt + 1 < attempts:
                 delay = self._backoff(attempt, retry_after)
                 with self._lock:
@@ -546,6 +547,13 @@ class OpenAICompatProvider:
             f"{_strip_kind(last)} (gave up after {attempts} attempt(s))",
             status=last.status,
         )
+
+    def _count_silence(self, silent: bool) -> int:
+        """Count an attempt the model did not answer (a timeout, a proxy's 504), or reset the
+        count on any other response; the count after it (shared by every call)."""
+        with self._lock:
+            self._silent = self._silent + 1 if silent else 0
+            return self._silent
 
     def _excerpt(self, resp: httpx.Response) -> str:
         """The start of the body, masked before it is cut (issue 18.2), on one line."""

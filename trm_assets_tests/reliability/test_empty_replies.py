@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from trm_assets.harness.loop.context import EMPTY_REPLY_STREAK, InfraOutage, loop_context
+from trm_assets.harness.loop.context import (
+    EMPTY_REPLY_MIN,
+    EMPTY_REPLY_STREAK,
+    InfraOutage,
+    loop_context,
+)
 from trm_assets.harness.loop.runner import train
 from trm_assets.harness.storage.checkpoint import load_state
 from trm_assets.harness.storage.runlog import RunLogReader
@@ -141,3 +146,36 @@ def test_a_model_that_sometimes_replies_empty_is_data(
             "AND (predicted IS NULL OR predicted = '')"
         )
     assert rows[0]["n"] >= agent.empty // 2
+
+
+def test_a_small_eval_of_empty_replies_stops_and_records_nothing(tmp_path: Path) -> None:
+    """`trm eval` on the tiny config's 12-question test pool is one barrier, under the streak's
+    20: it finished `done` at accuracy 0.0 and offered to promote (a review). The barrier's end
+    applies the same rule: all of its live rollouts empty, none other in the process."""
+    import asyncio
+
+    from trm_assets.harness.loop.step import evaluate
+    from trm_assets.harness.storage.workspace import eval_command_kind
+
+    cfg = tiny_config()
+    ws = new_workspace(tmp_path / "ws", cfg)
+    providers = build_providers(cfg.provider_spec())
+    quiet = dataclasses.replace(
+        providers, agent=_Reasoner(providers.agent, some=False), simulated=False
+    )
+    run_id, kind = "eval_v1_v1_test", eval_command_kind("test")
+    with loop_context(ws, cfg, quiet) as ctx:
+        qs = ctx.pool_questions("test")
+        assert EMPTY_REPLY_MIN <= len(qs) < EMPTY_REPLY_STREAK
+        with pytest.raises(InfraOutage) as err:
+            asyncio.run(evaluate(ctx, run_id, "v1", "v1", qs, kind))
+    assert f"each of the first {len(qs)} rollouts" in str(err.value)
+    assert "run the same `trm eval` again" in str(err.value)
+    with RunLogReader.open(ws / "runs.duckdb") as r:
+        assert r.query("SELECT status FROM runs WHERE run_id = ?", [run_id]) == [
+            {"status": "outage"}
+        ]
+        assert r.query("SELECT count(*) AS n FROM predictions")[0]["n"] == 0
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        res = asyncio.run(evaluate(ctx, run_id, "v1", "v1", ctx.pool_questions("test"), kind))
+    assert res.n == len(qs) and not any(p.empty_reply for p in res.predictions)

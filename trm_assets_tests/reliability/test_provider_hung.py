@@ -173,3 +173,56 @@ def test_any_response_keeps_the_retries(status: int) -> None:
     else:
         assert err is not None and "gave up after 5 attempt(s)" in str(err)
         assert "answered none" not in str(err) and served["n"] == 5
+
+
+def test_a_proxy_504_counts_as_no_answer() -> None:
+    """A hung backend behind a proxy: every attempt comes back as the proxy's 504 after its own
+    deadline. Those are not answers from the model; they count towards the limit like a
+    timeout (a 503 or any other response resets it: the previous test)."""
+    served = {"n": 0}
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.05)
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            _read_request(conn)
+            served["n"] += 1
+            payload = b"<html>504 Gateway Time-out</html>"
+            conn.sendall(
+                b"HTTP/1.1 504 Gateway Time-out\r\nContent-Type: text/html\r\n"
+                + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+                + payload
+            )
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        p = OpenAICompatProvider(
+            base_url=f"http://127.0.0.1:{listener.getsockname()[1]}/v1",
+            model="m",
+            max_retries=4,
+            max_concurrency=1,  # silent_limit 2
+            backoff_base_s=0.01,
+            backoff_max_s=0.01,
+            rng=random.Random(0),
+        )
+        _, first = _call(p)
+        _, second = _call(p)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+    assert first is not None and first.status == 504
+    assert "answered none of the last 2 attempts" in str(first)
+    assert "gave up after 2 attempt(s)" in str(first)
+    assert second is not None and "gave up after 1 attempt(s)" in str(second)
+    assert served["n"] == 3

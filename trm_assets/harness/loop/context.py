@@ -82,8 +82,10 @@ async def overlapped(barrier: Awaitable[T], work: Callable[[], None]) -> T:
     return await task
 
 
-#: a real endpoint's rollouts whose last reply was empty, in a row, that stop the unit
+#: a real endpoint's first rollouts of a process whose last reply was empty that stop the unit
 EMPTY_REPLY_STREAK: Final = 20
+#: ... and at a barrier's end, its live rollouts when they are fewer (and at least this many)
+EMPTY_REPLY_MIN: Final = 5
 
 
 class InfraOutage(TrmError):
@@ -387,6 +389,7 @@ class LoopContext:
             for o in self.observers:
                 o.on_barrier(result)
             self._check_outage(result, kind)
+            self._check_empty(result, kind)
         except InfraOutage as e:
             # given up mid-barrier (the streak) or after it (_check_outage): the run's row says
             # so, not "failed" nor "done" (a later `trm eval` reused a "done" one)
@@ -523,6 +526,21 @@ class LoopContext:
             window.clear()
             errors = sorted({p.error for p in result.predictions if p.error})
             raise self._outage(what, result.run_id, errors, kind)
+
+    def _check_empty(self, result: InferenceResult, kind: str) -> None:
+        """At a barrier's end: a barrier smaller than ``EMPTY_REPLY_STREAK`` (a gate block, a
+        `trm eval` of a small pool) whose live rollouts — at least ``EMPTY_REPLY_MIN`` — all
+        ended on an empty reply, in a process that has had no other, stops as the streak
+        does (:meth:`_outage_streak`); a larger one was stopped there already."""
+        if self.providers.simulated or self._replied:
+            return
+        live = [
+            p
+            for p in result.predictions
+            if p.n_llm_calls and not (p.reused or p.resumed) and p.failure_kind != FAILURE_INFRA
+        ]
+        if len(live) >= EMPTY_REPLY_MIN and all(p.empty_reply for p in live):
+            raise self._empty_replies(len(live), result.run_id, kind)
 
     def _outage_streak(self, run_id: str, kind: str) -> Callable[[Prediction], None] | None:
         """While a barrier runs (:func:`run_inference`'s ``on_rollout``): a real endpoint that
