@@ -8,69 +8,68 @@ attempt is no longer retried, until any response resets the count. Over real HTT
 from __future__ import annotations
 
 import json
-import random
-import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler
+from typing import Any
 
 import pytest
 
 from trm_assets.llm.openai_compat import OpenAICompatProvider
 from trm_assets.llm.protocol import InfraError
-from trm_assets_tests.llm.providers import chat_once
-from trm_assets_tests.llm.test_openai_compat_server import completion
-from trm_assets_tests.reliability.test_provider_deadline import _read_request
+from trm_assets_tests.llm.providers import chat_once, http_provider
+from trm_assets_tests.llm.test_openai_compat_server import completion, local_server
 
 TIMEOUT_S = 0.3
-
-
-class _Switch:
-    """Whether the server answers (True) or holds every request without a byte (False)."""
-
-    def __init__(self) -> None:
-        self.answers = False
-        self.requests = 0
+HANG = None  # a script's answer for "hold the request, send nothing"
 
 
 @contextmanager
-def hung_server(switch: _Switch) -> Iterator[str]:
-    body = json.dumps(completion("B")).encode()
-    reply = (
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-        + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-        + body
-    )
-    stop = threading.Event()
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.05)
+def scripted_server(
+    script: Callable[[int], tuple[int, bytes] | None],
+) -> Iterator[tuple[str, list[int]]]:
+    """A local server whose n-th request (from 1) gets ``script(n)``: ``(status, JSON body)``,
+    or ``HANG`` to hold the connection without a byte. Yields the base URL and a one-element
+    request counter."""
+    served = [0]
+    lock, stop = threading.Lock(), threading.Event()
 
-    def serve(conn: socket.socket) -> None:
-        with conn:
-            _read_request(conn)
-            switch.requests += 1
-            if switch.answers:
-                conn.sendall(reply)
-            else:
-                stop.wait(10)  # hold the connection: no status line, no byte
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
 
-    def accept() -> None:
-        while not stop.is_set():
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            with lock:
+                served[0] += 1
+                reply = script(served[0])
+            if reply is HANG:
+                stop.wait(10)
+                return
+            status, body = reply
             try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
 
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        listener.close()
+    with local_server(Handler) as origin:
+        try:
+            yield f"{origin}/v1", served
+        finally:
+            stop.set()  # free the held handlers before the server shuts down
+
+
+ANSWER = (200, json.dumps(completion("B")).encode())
+
+
+def _provider(url: str, max_concurrency: int) -> OpenAICompatProvider:
+    return http_provider(url, timeout_s=TIMEOUT_S, max_retries=4, max_concurrency=max_concurrency)
 
 
 def _call(p: OpenAICompatProvider) -> tuple[float, InfraError | None]:
@@ -83,37 +82,28 @@ def _call(p: OpenAICompatProvider) -> tuple[float, InfraError | None]:
 
 
 def test_a_hung_endpoint_stops_being_retried_until_it_answers() -> None:
-    switch = _Switch()
-    with hung_server(switch) as url:
-        p = OpenAICompatProvider(
-            base_url=url,
-            model="m",
-            timeout_s=TIMEOUT_S,
-            max_retries=4,
-            max_concurrency=2,  # silent_limit 4
-            backoff_base_s=0.01,
-            backoff_max_s=0.01,
-            rng=random.Random(0),
-        )
+    answers = [False]
+    with scripted_server(lambda n: ANSWER if answers[0] else HANG) as (url, served):
+        p = _provider(url, max_concurrency=2)
         assert p.silent_limit == 4
         # the first call: four silent attempts reach the limit, the fifth is not made
         elapsed, err = _call(p)
         assert err is not None and err.kind == "timeout"
         assert "answered none of the last 4 attempts" in str(err)
         assert "gave up after 4 attempt(s)" in str(err)
-        assert switch.requests == 4
+        assert served[0] == 4
         assert 4 * TIMEOUT_S <= elapsed < 4 * TIMEOUT_S + 0.8, elapsed
         # still hung: one attempt per call
         elapsed, err = _call(p)
         assert err is not None and "gave up after 1 attempt(s)" in str(err)
-        assert switch.requests == 5 and TIMEOUT_S <= elapsed < TIMEOUT_S + 0.5, elapsed
+        assert served[0] == 5 and TIMEOUT_S <= elapsed < TIMEOUT_S + 0.5, elapsed
         # it answers again: the count starts over
-        switch.answers = True
-        assert _call(p)[1] is None and switch.requests == 6
-        switch.answers = False
+        answers[0] = True
+        assert _call(p)[1] is None and served[0] == 6
+        answers[0] = False
         elapsed, err = _call(p)
         assert err is not None and "gave up after 4 attempt(s)" in str(err)
-        assert switch.requests == 10
+        assert served[0] == 10
 
 
 @pytest.mark.parametrize("status", [503, 200])
@@ -121,108 +111,28 @@ def test_any_response_keeps_the_retries(status: int) -> None:
     """A server that answers — even with an error — is not hung: its timeouts in between do not
     add up to the limit. Here every other attempt answers 503 (retried), so a call makes all
     its attempts; with 200 the call succeeds at its second attempt."""
-    served = {"n": 0}
-    body = json.dumps(completion("B")).encode()
-
-    stop = threading.Event()
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.05)
-
-    def serve(conn: socket.socket) -> None:
-        with conn:
-            _read_request(conn)
-            served["n"] += 1
-            if served["n"] % 2:  # odd requests hang
-                stop.wait(10)
-                return
-            payload = body if status == 200 else b'{"error": "busy"}'
-            conn.sendall(
-                f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n".encode()
-                + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
-                + payload
-            )
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        p = OpenAICompatProvider(
-            base_url=f"http://127.0.0.1:{listener.getsockname()[1]}/v1",
-            model="m",
-            timeout_s=TIMEOUT_S,
-            max_retries=4,
-            max_concurrency=1,  # silent_limit 2: two timeouts in a row would trip it
-            backoff_base_s=0.01,
-            backoff_max_s=0.01,
-            rng=random.Random(0),
-        )
-        _, err = _call(p)
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        listener.close()
+    reply = ANSWER if status == 200 else (503, b'{"error": "busy"}')
+    # odd requests hang; silent_limit 2: two timeouts in a row would trip it
+    with scripted_server(lambda n: HANG if n % 2 else reply) as (url, served):
+        _, err = _call(_provider(url, max_concurrency=1))
     if status == 200:
-        assert err is None and served["n"] == 2
+        assert err is None and served[0] == 2
     else:
         assert err is not None and "gave up after 5 attempt(s)" in str(err)
-        assert "answered none" not in str(err) and served["n"] == 5
+        assert "answered none" not in str(err) and served[0] == 5
 
 
 def test_a_proxy_504_counts_as_no_answer() -> None:
     """A hung backend behind a proxy: every attempt comes back as the proxy's 504 after its own
     deadline. Those are not answers from the model; they count towards the limit like a
     timeout (a 503 or any other response resets it: the previous test)."""
-    served = {"n": 0}
-    stop = threading.Event()
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.05)
-
-    def serve(conn: socket.socket) -> None:
-        with conn:
-            _read_request(conn)
-            served["n"] += 1
-            payload = b"<html>504 Gateway Time-out</html>"
-            conn.sendall(
-                b"HTTP/1.1 504 Gateway Time-out\r\nContent-Type: text/html\r\n"
-                + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
-                + payload
-            )
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        p = OpenAICompatProvider(
-            base_url=f"http://127.0.0.1:{listener.getsockname()[1]}/v1",
-            model="m",
-            max_retries=4,
-            max_concurrency=1,  # silent_limit 2
-            backoff_base_s=0.01,
-            backoff_max_s=0.01,
-            rng=random.Random(0),
-        )
+    gateway = (504, b"<html>504 Gateway Time-out</html>")
+    with scripted_server(lambda n: gateway) as (url, served):
+        p = _provider(url, max_concurrency=1)  # silent_limit 2
         _, first = _call(p)
         _, second = _call(p)
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        listener.close()
     assert first is not None and first.status == 504
     assert "answered none of the last 2 attempts" in str(first)
     assert "gave up after 2 attempt(s)" in str(first)
     assert second is not None and "gave up after 1 attempt(s)" in str(second)
-    assert served["n"] == 3
+    assert served[0] == 3
