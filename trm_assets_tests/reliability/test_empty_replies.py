@@ -26,29 +26,23 @@ from trm_assets.harness.loop.runner import train
 from trm_assets.harness.storage.checkpoint import load_state
 from trm_assets.harness.storage.runlog import RunLogReader
 from trm_assets.llm.factory import build_providers
-from trm_assets.llm.protocol import ChatResponse, LLMProvider, Message, ToolSpec, Usage
+from trm_assets.llm.protocol import ChatResponse, LLMProvider, Message, ToolSpec
 from trm_assets_tests.harness.loop.conftest import digest
+from trm_assets_tests.llm.providers import Delegating
 from trm_assets_tests.tiny import tiny_config
 from trm_bench.overhead import new_workspace
 
 
-class _Reasoner:
+class _Reasoner(Delegating):
     """The simulated agent behind a server that loses the output: each reply keeps its usage
     and drops its text and tool calls (``content: null``, ``finish_reason: "length"``) — for
     every conversation, or (``some``) for a quarter of the questions, by a hash of the first
     user message."""
 
     def __init__(self, inner: LLMProvider, *, some: bool) -> None:
-        self._inner, self._some = inner, some
+        super().__init__(inner)
+        self._some = some
         self.empty = 0
-
-    @property
-    def model(self) -> str:
-        return self._inner.model
-
-    @property
-    def usage(self) -> Usage:
-        return self._inner.usage
 
     @property
     def is_simulated(self) -> bool:
@@ -63,7 +57,7 @@ class _Reasoner:
         max_tokens: int | None = None,
         seed: int | None = None,
     ) -> ChatResponse:
-        resp = await self._inner.chat(
+        resp = await super().chat(
             messages, tools=tools, temperature=temperature, max_tokens=max_tokens, seed=seed
         )
         first = json.dumps([m for m in messages if m.get("role") == "user"][:1], sort_keys=True)

@@ -30,7 +30,8 @@ from trm_assets.harness.loop.runner import train
 from trm_assets.harness.storage.integrity import check_workspace
 from trm_assets.harness.storage.runlog import RunLog, RunLogReader
 from trm_assets.llm.factory import build_providers
-from trm_assets.llm.protocol import ChatResponse, LLMProvider, Message, ToolSpec, Usage
+from trm_assets.llm.protocol import ChatResponse, LLMProvider, Message, ToolSpec
+from trm_assets_tests.llm.providers import Delegating
 from trm_assets_tests.tiny import tiny_config
 from trm_bench.overhead import new_workspace
 
@@ -39,7 +40,7 @@ class Killed(Exception):
     """Stands for the process being killed in the middle of a barrier."""
 
 
-class Unreproducible:
+class Unreproducible(Delegating):
     """``inner`` with each request's sample index salted by ``salt`` (a second attempt of the
     same request is another sample); killed (:class:`Killed`) at the ``kill_at``-th call whose
     seed is in ``watch`` (every call when ``watch`` is None)."""
@@ -51,21 +52,10 @@ class Unreproducible:
         kill_at: int | None = None,
         watch: frozenset[int] | None = None,
     ) -> None:
-        self._inner, self._salt, self._kill_at, self._watch = inner, salt, kill_at, watch
+        super().__init__(inner)
+        self._salt, self._kill_at, self._watch = salt, kill_at, watch
         self.calls = 0
         self.watched = 0
-
-    @property
-    def model(self) -> str:
-        return self._inner.model
-
-    @property
-    def usage(self) -> Usage:
-        return self._inner.usage
-
-    @property
-    def is_simulated(self) -> bool:
-        return self._inner.is_simulated
 
     async def chat(
         self,
@@ -81,7 +71,7 @@ class Unreproducible:
         if self._kill_at is not None and self.watched >= self._kill_at:
             raise Killed(f"killed at call {self.calls}")
         salted = (seed or 0) * 7919 + self._salt
-        return await self._inner.chat(
+        return await super().chat(
             messages, tools=tools, temperature=temperature, max_tokens=max_tokens, seed=salted
         )
 
