@@ -129,6 +129,16 @@ class AgentOutcome:
     def is_infra_failure(self) -> bool:
         return self.infra_error is not None
 
+    @property
+    def is_empty_reply(self) -> bool:
+        """Ended on a reply with no text and no tool call (a server that loses the output
+        answers every rollout this way)."""
+        return (
+            self.infra_error is None
+            and self.stop_reason == STOP_FINAL_TEXT
+            and not (self.final_text or "").strip()
+        )
+
 
 @dataclass
 class _Trace:

@@ -288,9 +288,9 @@ class OpenAICompatProvider:
         self._calls = 0
         self._retries = 0
         self._infra_errors = 0
-        # attempts in a row (over every call of this provider) that got no response within the
-        # deadline; any response resets it. Past ``silent_limit`` the endpoint is taken as hung
-        # and a timed-out attempt is not retried until it answers again.
+        # attempts in a row (over every call of this provider) that the model did not answer (a
+        # timeout, a proxy's 504); any other response resets it. Past ``silent_limit`` the
+        # endpoint is taken as hung and such an attempt is not retried until it answers again.
         self._silent = 0
         self.silent_limit = 2 * self.max_concurrency
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (

@@ -573,10 +573,7 @@ def _prediction(row: Mapping[str, Any], o: AgentOutcome | None) -> Prediction:
         usage=o.usage if o else Usage(),
         latency_s=float(row.get("latency_s") or 0.0),
         llm_latency_s=sum(s.latency_s for s in o.steps if s.role == "assistant") if o else 0.0,
-        empty_reply=o is not None
-        and o.infra_error is None
-        and o.stop_reason == "final_text"
-        and not (o.final_text or "").strip(),
+        empty_reply=o is not None and o.is_empty_reply,
     )
 
 
