@@ -643,6 +643,16 @@ def read_dotenv(path: str | Path = ".env") -> dict[str, str]:
     return {k: v for k, v in dotenv_values(p).items() if v is not None}
 
 
+def layered_environ(
+    environ: Mapping[str, str] | None = None, dotenv_path: str | Path | None = ".env"
+) -> dict[str, str]:
+    """The variables a run reads: ``.env`` (when ``dotenv_path`` is given) under ``environ``
+    (the process environment when None)."""
+    env = read_dotenv(dotenv_path) if dotenv_path is not None else {}
+    env.update(os.environ if environ is None else environ)
+    return env
+
+
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
@@ -711,10 +721,7 @@ def load_config(
     source = str(yaml_path) if yaml_path else "config"
     if yaml_path is not None:
         layers = read_yaml_config(yaml_path)
-    env: dict[str, str] = {}
-    if dotenv_path is not None:
-        env.update(read_dotenv(dotenv_path))
-    env.update(os.environ if environ is None else environ)
+    env = layered_environ(environ, dotenv_path)
     from_env, from_cli = env_overrides(env), parse_set_overrides(cli_overrides)
     layers = _deep_merge(_deep_merge(layers, from_env), from_cli)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from trm_assets.domain.errors import TrmError
-from trm_assets.harness.data.config import read_dotenv
+from trm_assets.harness.data.config import layered_environ
 from trm_assets.harness.loop.observer import LoopObserver
 from trm_assets.harness.loop.rollouts import InferenceProgress, InferenceResult
 
@@ -74,8 +74,7 @@ def progress_every_s(environ: Mapping[str, str], dotenv_path: str | Path | None 
     """``TRM_PROGRESS_EVERY_S`` (seconds between progress lines, default 10): a number > 0,
     from the environment, else from ``.env`` — where the config and the ``TRM_LLM_*`` settings
     are read too (it was read from the environment only, so a ``.env`` line was ignored)."""
-    layered = {**(read_dotenv(dotenv_path) if dotenv_path is not None else {}), **environ}
-    raw = layered.get("TRM_PROGRESS_EVERY_S", "10")
+    raw = layered_environ(environ, dotenv_path).get("TRM_PROGRESS_EVERY_S", "10")
     try:
         every = float(raw)
     except ValueError:
