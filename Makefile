@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/ruff check trm_assets trm_bench trm_assets_tests
 	$(BIN)/ruff format --check trm_assets trm_bench trm_assets_tests
 	$(BIN)/mypy trm_assets trm_bench trm_assets_tests
-	$(BIN)/pytest -q -n 2 --dist loadscope
+	$(BIN)/pytest -q -n 2 --dist loadscope --no-loadscope-reorder
 
 # The Dagster UI and daemon (the run queue, the epoch sensors) on 127.0.0.1, against the
 # project's instance; `dg dev` supersedes `dagster dev`.

@@ -94,6 +94,7 @@ def test_readers_during_a_training_run_get_data_or_a_clear_retry(tmp_path: Path)
                 json.loads(res.stdout)  # a complete document (atomic state writes)
             else:  # before the first checkpoint: a clear message, no traceback
                 assert res.exit_code == 2 and "no training state yet" in res.output, res.output
+            time.sleep(0.2)  # a UI's polling pace; a busy loop starved the writer of its core
     finally:
         if proc.poll() is None:
             proc.kill()
