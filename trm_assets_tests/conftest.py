@@ -37,8 +37,8 @@ HEAVY_MODULES: dict[str, int] = {
 }
 
 #: Modules that share an expensive session fixture run on one worker, as one unit: split over
-#: two workers, each built it (`trained`, three Dagster experiments, ≈ 45 s; `tiny_run`,
-#: ≈ 10 s).
+#: two workers, each built it (`trained`, two experiments trained through Dagster, ≈ 45 s;
+#: `tiny_run`, ≈ 10 s).
 SHARED_FIXTURE_GROUPS: dict[str, str] = {
     "trm_assets_tests/defs/test_dagster_training.py": "trained",
     "trm_assets_tests/defs/test_launch_and_ui.py": "trained",
