@@ -188,3 +188,36 @@ class LLMProvider(Protocol):
         max_tokens: int | None = None,
         seed: int | None = None,
     ) -> ChatResponse: ...
+
+
+class DelegatingProvider:
+    """An :class:`LLMProvider` that passes everything to ``inner``; a subclass overrides
+    :meth:`chat` (or a property) to change one thing (call slots, a test's fault)."""
+
+    def __init__(self, inner: LLMProvider) -> None:
+        self._inner = inner
+
+    @property
+    def model(self) -> str:
+        return self._inner.model
+
+    @property
+    def usage(self) -> Usage:
+        return self._inner.usage
+
+    @property
+    def is_simulated(self) -> bool:
+        return self._inner.is_simulated
+
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+    ) -> ChatResponse:
+        return await self._inner.chat(
+            messages, tools=tools, temperature=temperature, max_tokens=max_tokens, seed=seed
+        )

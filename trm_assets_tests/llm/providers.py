@@ -9,7 +9,6 @@ from typing import Any
 from pydantic import SecretStr
 
 from trm_assets.llm.openai_compat import OpenAICompatProvider
-from trm_assets.llm.protocol import ChatResponse, LLMProvider, Message, ToolSpec, Usage
 
 
 def http_provider(url: str, *, key: str | None = None, **settings: Any) -> OpenAICompatProvider:
@@ -39,36 +38,3 @@ def chat_once(p: OpenAICompatProvider, content: str = "hi", **kw: Any) -> Any:
             await p.aclose()
 
     return asyncio.run(go())
-
-
-class Delegating:
-    """An :class:`LLMProvider` that passes everything to ``inner``: a test subclass overrides
-    :meth:`chat` (or a property) to change what one part of a run sees."""
-
-    def __init__(self, inner: LLMProvider) -> None:
-        self._inner = inner
-
-    @property
-    def model(self) -> str:
-        return self._inner.model
-
-    @property
-    def usage(self) -> Usage:
-        return self._inner.usage
-
-    @property
-    def is_simulated(self) -> bool:
-        return self._inner.is_simulated
-
-    async def chat(
-        self,
-        messages: list[Message],
-        *,
-        tools: list[ToolSpec] | None = None,
-        temperature: float = 0.0,
-        max_tokens: int | None = None,
-        seed: int | None = None,
-    ) -> ChatResponse:
-        return await self._inner.chat(
-            messages, tools=tools, temperature=temperature, max_tokens=max_tokens, seed=seed
-        )

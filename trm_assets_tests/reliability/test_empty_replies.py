@@ -26,14 +26,19 @@ from trm_assets.harness.loop.runner import train
 from trm_assets.harness.storage.checkpoint import load_state
 from trm_assets.harness.storage.runlog import RunLogReader
 from trm_assets.llm.factory import build_providers
-from trm_assets.llm.protocol import ChatResponse, LLMProvider, Message, ToolSpec
+from trm_assets.llm.protocol import (
+    ChatResponse,
+    DelegatingProvider,
+    LLMProvider,
+    Message,
+    ToolSpec,
+)
 from trm_assets_tests.harness.loop.conftest import digest
-from trm_assets_tests.llm.providers import Delegating
 from trm_assets_tests.tiny import tiny_config
 from trm_bench.overhead import new_workspace
 
 
-class _Reasoner(Delegating):
+class _Reasoner(DelegatingProvider):
     """The simulated agent behind a server that loses the output: each reply keeps its usage
     and drops its text and tool calls (``content: null``, ``finish_reason: "length"``) — for
     every conversation, or (``some``) for a quarter of the questions, by a hash of the first

@@ -30,8 +30,13 @@ from trm_assets.harness.loop.runner import train
 from trm_assets.harness.storage.integrity import check_workspace
 from trm_assets.harness.storage.runlog import RunLog, RunLogReader
 from trm_assets.llm.factory import build_providers
-from trm_assets.llm.protocol import ChatResponse, LLMProvider, Message, ToolSpec
-from trm_assets_tests.llm.providers import Delegating
+from trm_assets.llm.protocol import (
+    ChatResponse,
+    DelegatingProvider,
+    LLMProvider,
+    Message,
+    ToolSpec,
+)
 from trm_assets_tests.tiny import tiny_config
 from trm_bench.overhead import new_workspace
 
@@ -40,7 +45,7 @@ class Killed(Exception):
     """Stands for the process being killed in the middle of a barrier."""
 
 
-class Unreproducible(Delegating):
+class Unreproducible(DelegatingProvider):
     """``inner`` with each request's sample index salted by ``salt`` (a second attempt of the
     same request is another sample); killed (:class:`Killed`) at the ``kill_at``-th call whose
     seed is in ``watch`` (every call when ``watch`` is None)."""

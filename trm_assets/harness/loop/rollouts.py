@@ -68,6 +68,7 @@ from trm_assets.harness.storage.runlog import (
 )
 from trm_assets.llm.protocol import (
     ChatResponse,
+    DelegatingProvider,
     LLMProvider,
     Message,
     ProviderRequestError,
@@ -476,24 +477,12 @@ async def run_inference(
     return InferenceResult(run_id=run_id, predictions=preds, wall_s=wall, usage=usage)
 
 
-class _CallSlots:
+class _CallSlots(DelegatingProvider):
     """``llm`` with at most ``concurrency`` :meth:`chat` calls in flight (the server's slots)."""
 
     def __init__(self, llm: LLMProvider, concurrency: int) -> None:
-        self._llm = llm
+        super().__init__(llm)
         self._slots = asyncio.Semaphore(concurrency)
-
-    @property
-    def model(self) -> str:
-        return self._llm.model
-
-    @property
-    def usage(self) -> Usage:
-        return self._llm.usage
-
-    @property
-    def is_simulated(self) -> bool:
-        return self._llm.is_simulated
 
     async def chat(
         self,
@@ -505,7 +494,7 @@ class _CallSlots:
         seed: int | None = None,
     ) -> ChatResponse:
         async with self._slots:
-            return await self._llm.chat(
+            return await super().chat(
                 messages, tools=tools, temperature=temperature, max_tokens=max_tokens, seed=seed
             )
 
