@@ -76,12 +76,15 @@ class TemperatureProbe:
     wall_s: float
     simulated_r: float | None  # the simulator's r(T) (None with a real model)
     truth: float | None  # the simulator's ρ_d on the same questions (None with a real model)
+    # what the config check bounds: r(T) with the text's own part (sim.text_flip_rate)
+    simulated_shared: float | None = None
 
     @property
     def config_refuses(self) -> bool:
         """The simulated world's draws correlate above the bound the config check holds them to
         (the least favourable edit moves every answer): never recommended here."""
-        return self.simulated_r is not None and self.simulated_r > INDEPENDENT_MAX_CORRELATION
+        shared = self.simulated_shared if self.simulated_shared is not None else self.simulated_r
+        return shared is not None and shared > INDEPENDENT_MAX_CORRELATION
 
 
 def _rollouts(
@@ -129,6 +132,16 @@ def question_draws(
             a1, a2, b1, b2 = (bool(v) for v in values)
             kept.append((qid, QuestionDraws(a1, a2, b1, b2)))
     return kept, len(out) - len(kept)
+
+
+def simulated_shared(inputs: ProbeInputs, providers: Providers, temperature: float) -> float | None:
+    """What the config check bounds: the latent correlation two simulated draws of one prompt
+    share, the text's own part included (None: a real model)."""
+    if providers.oracle is None:
+        return None
+    from trm_assets.llm.sim_config import prompt_draw_correlation
+
+    return prompt_draw_correlation(inputs.cfg.sim, temperature)
 
 
 def simulated_r(inputs: ProbeInputs, providers: Providers, temperature: float) -> float | None:
@@ -220,6 +233,7 @@ def probe_temperature(
         wall_s=time.perf_counter() - t0,
         simulated_r=r,
         truth=simulated_truth(inputs, providers, [q for q, _ in kept], r),
+        simulated_shared=simulated_shared(inputs, providers, temperature),
     )
 
 

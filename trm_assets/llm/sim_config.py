@@ -200,6 +200,20 @@ def latent_correlation(temperature_scale: float, temperature: float) -> float:
     return math.exp(-((temperature / temperature_scale) ** 2))
 
 
+def prompt_draw_correlation(config: SimConfig, temperature: float) -> float:
+    """What two simulated draws of one prompt share at ``temperature`` (their latent
+    correlation): the sampler's r(T) (:func:`latent_correlation`) and, with ``text_flip_rate``
+    f > 0, the text's own per-question part, which every draw of that text carries at any
+    temperature: ``1 − ρ·(1 − r)``. ρ is the text-to-text correlation that makes two texts
+    disagree with probability f, taken at p = ½ where it is largest, so this is the least
+    shared value over questions: ``ρ = cos(πf)`` (Sheppard; f < ½)."""
+    r = latent_correlation(config.temperature_scale, temperature)
+    f = config.text_flip_rate
+    if f <= 0.0:
+        return r
+    return 1.0 - math.cos(math.pi * min(f, 0.5)) * (1.0 - r)
+
+
 #: SimConfig fields that never change an agent rollout's answer (timing, infrastructure faults,
 #: which a reused row never carries, and the evolve/diagnose side). Every other field is part of
 #: the simulated model's identity in the temperature-0 reuse key (``LoopContext._decoding``).

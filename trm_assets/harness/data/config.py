@@ -44,6 +44,7 @@ from trm_assets.llm.sim_config import (
     NoBoolNumbers,
     SimConfig,
     latent_correlation,
+    prompt_draw_correlation,
     sim_dump,
 )
 
@@ -401,8 +402,30 @@ def _decoding_checks(v: Mapping[str, Any]) -> list[_Check]:
         return agent_temperature_of(v["agent_temperature"], v["llm_provider"], sim_config())
 
     def correlation() -> float:
-        """What two simulated draws of one prompt share at the agent temperature."""
-        return latent_correlation(sim_config().temperature_scale, temperature())
+        """What two simulated draws of one prompt share at the agent temperature: the
+        sampler's part and the text's own (``sim.text_flip_rate``)."""
+        return prompt_draw_correlation(sim_config(), temperature())
+
+    def knobs() -> str:
+        sim = sim_config()
+        named = [
+            ("temperature_scale", sim.temperature_scale),
+            ("text_flip_rate", sim.text_flip_rate),
+        ]
+        return " and ".join(f"sim.{k}: {x}" for k, x in named if x > 0)
+
+    def remedy() -> str:
+        sim = sim_config()
+        r = latent_correlation(sim.temperature_scale, temperature())
+        if r > INDEPENDENT_MAX_CORRELATION or sim.text_flip_rate <= 0.0:
+            return (
+                f"use sim.temperature_scale <= "
+                f"{temperature() / math.sqrt(-math.log(INDEPENDENT_MAX_CORRELATION)):.3g}"
+            )
+        return (  # 1 − cos(πf)·(1 − r) ≤ c  ⇔  f ≤ arccos((1 − c)/(1 − r))/π
+            "use sim.text_flip_rate <= "
+            f"{math.acos((1 - INDEPENDENT_MAX_CORRELATION) / (1 - r)) / math.pi:.3g}"
+        )
 
     return [
         (
@@ -441,13 +464,12 @@ def _decoding_checks(v: Mapping[str, Any]) -> list[_Check]:
                 and correlation() > INDEPENDENT_MAX_CORRELATION
             ),
             lambda: (
-                f"sim.temperature_scale: {sim_config().temperature_scale} makes two simulated "
-                f"draws of one prompt at agent temperature {temperature()} share a latent "
-                f"correlation of {correlation():.2f} (> {INDEPENDENT_MAX_CORRELATION}), yet the "
-                f"gate counts them as independent there (temperature >= gate_fresh_temperature "
+                f"{knobs()}: two simulated draws of one prompt at agent temperature "
+                f"{temperature()} share a latent correlation of "
+                f"{correlation():.2f} (> {INDEPENDENT_MAX_CORRELATION}), yet the gate counts "
+                f"them as independent there (temperature >= gate_fresh_temperature "
                 f"{v['gate_fresh_temperature']}: repeated passes, the ladder's order); raise "
-                f"gate_fresh_temperature above {temperature()}, or use sim.temperature_scale <= "
-                f"{temperature() / math.sqrt(-math.log(INDEPENDENT_MAX_CORRELATION)):.3g}"
+                f"gate_fresh_temperature above {temperature()}, or {remedy()}"
             ),
         ),
         (

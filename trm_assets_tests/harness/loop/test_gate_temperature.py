@@ -436,3 +436,44 @@ def test_a_simulated_world_too_correlated_for_passes_is_a_config_error() -> None
     assert tiny_config("sim.temperature_scale=0.8").independent_draws()  # r(1) = 0.21
     raised = tiny_config("sim.temperature_scale=2", "gate_fresh_temperature=1.5", "gate_passes=1")
     assert not raised.independent_draws()  # the one-pass plan: valid at any correlation
+
+
+def test_prompt_sensitivity_that_passes_would_share_is_a_config_error() -> None:
+    """Review: with fresh draws, every draw of one text still carries that text's per-question
+    shift (``sim.text_flip_rate``). At f = 0.3 two draws of one prompt share a latent
+    correlation of 1 − cos(0.3π) = 0.41 and three passes accept the least favourable null at
+    ≈ 6.5%; the shipped realistic world (f = 0.15: 0.11) stays allowed at temperature 1."""
+    import math
+
+    from trm_assets.llm.sim.decoding import flip_correlation
+    from trm_assets.llm.sim_config import SimConfig, prompt_draw_correlation
+
+    for f, tau in ((0.05, 0.0), (0.15, 0.0), (0.3, 0.0), (0.15, 0.8), (0.45, 0.0)):
+        r = math.exp(-((1.0 / tau) ** 2)) if tau else 0.0
+        rho = flip_correlation(0.5, f)  # the simulator's own text-to-text correlation at p = ½
+        got = prompt_draw_correlation(SimConfig(text_flip_rate=f, temperature_scale=tau), 1.0)
+        assert got == pytest.approx(1.0 - rho * (1.0 - r), abs=1e-9)
+    assert prompt_draw_correlation(SimConfig(text_flip_rate=0.3), 0.0) == 1.0
+    with pytest.raises(TrmError) as err:
+        tiny_config("sim.text_flip_rate=0.3", "agent_temperature=1")
+    msg = str(err.value)
+    assert "sim.text_flip_rate: 0.3: two simulated draws" in msg
+    assert "correlation of 0.41 (> 0.25)" in msg and "sim.text_flip_rate <= 0.23" in msg
+    assert "temperature_scale" not in msg  # only the knob that contributes is named
+    with pytest.raises(TrmError, match=r"temperature_scale: 0\.8 and sim\.text_flip_rate: 0\.15"):
+        tiny_config("sim.text_flip_rate=0.15", "sim.temperature_scale=0.8", "agent_temperature=1")
+    assert tiny_config("sim.profile=realistic", "agent_temperature=1").independent_draws()
+    assert tiny_config("sim.text_flip_rate=0.2", "agent_temperature=1").independent_draws()
+    one = ("sim.text_flip_rate=0.3", "agent_temperature=1", "gate_fresh_temperature=1.5")
+    assert not tiny_config(*one, "gate_passes=1").independent_draws()  # one uniform pass
+
+
+def test_the_decoding_probe_refuses_what_the_config_check_refuses() -> None:
+    from trm_bench.decoding import TemperatureProbe
+
+    def probe(r: float | None, shared: float | None) -> TemperatureProbe:
+        return TemperatureProbe(1.0, None, 0, 0, 0.0, r, None, shared)  # type: ignore[arg-type]
+
+    assert probe(0.0, 0.41).config_refuses and not probe(0.0, 0.11).config_refuses
+    assert probe(0.78, None).config_refuses  # a record without the field: r alone, as before
+    assert not probe(None, None).config_refuses  # a real model
