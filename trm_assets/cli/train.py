@@ -229,7 +229,7 @@ def eval_cmd(
     from trm_assets.harness.loop.context import loop_context
     from trm_assets.harness.loop.step import evaluate
     from trm_assets.harness.storage.lock import workspace_lock
-    from trm_assets.harness.storage.runlog import RunLogReader, run_decoding
+    from trm_assets.harness.storage.runlog import RunLogReader, run_decoding, run_meta
     from trm_assets.harness.storage.workspace import eval_command_kind
     from trm_assets.llm.factory import build_providers
 
@@ -241,14 +241,20 @@ def eval_cmd(
         ctx.observers = (progress_reporter(),)
         pv = prompts_version or ctx.paths.prompts_version
         ctx.skills(version)  # a missing version fails before any rollout
-        run_id = f"eval_{version}_{pv}_{pool}"
+        base = f"eval_{version}_{pv}_{pool}"
+        dh, data = ctx.decoding_hash(), ctx.data_digest
         ctx.log.flush()
         with RunLogReader.open(ctx.paths.run_db) as reader:
-            row = reader.run(run_id)
-            if row is not None and run_decoding(row) not in (None, ctx.decoding_hash()):
-                # that run was decoded by another model / world: this one is another run
-                run_id = f"{run_id}_{ctx.decoding_hash()}"
+            # a run on record decoded by another model / world, or over other trees, is another
+            # run: the first id that is free or holds this evaluation's (the last names both
+            # hashes, so it is one or the other)
+            for run_id in (base, f"{base}_{dh}", f"{base}_{dh}_{data}"):
                 row = reader.run(run_id)
+                if row is None or (
+                    run_decoding(row) in (None, dh)
+                    and run_meta(row.get("meta")).get("data", data) == data
+                ):
+                    break
         if row is not None and row.get("status") == "done":
             acc = row.get("accuracy")
             click.echo(f"run {run_id} already evaluated (reused)")

@@ -227,6 +227,22 @@ class LoopContext:
             decoding["tool_mode"] = mode  # (native keeps the hash it had before the key)
         return decoding
 
+    @cached_property
+    def data_digest(self) -> str:
+        """What a rollout reads besides its prompt and its question (whose content ``pools.json``
+        guards): the video trees its tools return and, with the simulator, the world file its
+        answers come from. Recorded per run (``runs.meta.data``): an outcome on record is served
+        again (temperature 0), resumed, or taken as a ``trm eval``'s only under the same data. Rows
+        written before the key carry none and are taken as the current data's, as before."""
+        h = hashlib.sha256()
+        trees = self.dataset.trees
+        for video in sorted(trees):
+            h.update(f"{video}\0{trees[video].model_dump_json()}\0".encode())
+        if self.cfg.llm_provider == "sim" and self.cfg.ground_truth:
+            world = json.loads(Path(self.cfg.ground_truth).read_text(encoding="utf-8"))
+            h.update(json.dumps(world, sort_keys=True).encode())
+        return h.hexdigest()[:16]
+
     def decoding_hash(self) -> str:
         """What besides the version pair decides a rollout's answer: provider, model,
         temperature, max steps, skill mode, a text tool mode (recorded on every run:
@@ -264,8 +280,9 @@ class LoopContext:
     ) -> dict[str, dict[str, Any]]:
         """At temperature 0, the completed rows of earlier runs in which a question of
         ``task_type`` read the prompt ``key`` (:meth:`prompt_key`, recorded per run in
-        ``runs.meta.prompt_keys``): question id → the first such row by run id (deterministic, so
-        a resumed unit reuses what an uninterrupted one reuses). A question whose stored outcomes
+        ``runs.meta.prompt_keys``) over the same data (:attr:`data_digest`): question id → the
+        first such row by run id (deterministic, so a resumed unit reuses what an uninterrupted
+        one reuses). A question whose stored outcomes
         disagree (a server that is not deterministic after all), or that only failed for
         infrastructure reasons, is left out; so are the run ``not_run`` and the runs whose id
         starts with ``not_run_prefix``."""
@@ -273,6 +290,7 @@ class LoopContext:
         rows = self.log.query(
             "SELECT p.* FROM predictions p JOIN runs r ON r.run_id = p.run_id "
             "WHERE json_extract_string(r.meta, ?) = ? AND p.task_type = ? "
+            "AND coalesce(json_extract_string(r.meta, '$.data'), ?) = ? "
             "AND p.correct IS NOT NULL AND p.stop_reason <> 'error' "
             "AND p.failure_kind IS DISTINCT FROM 'infra' "
             + ("AND p.run_id <> ? " if not_run is not None else "")
@@ -282,6 +300,8 @@ class LoopContext:
                 f"$.prompt_keys.{json.dumps(task_type)}",
                 key,
                 task_type,
+                self.data_digest,
+                self.data_digest,
                 *(x for x in (not_run, not_run_prefix) if x is not None),
             ],
         )
@@ -375,7 +395,11 @@ class LoopContext:
                     heartbeat_s=HEARTBEAT_S,
                     reuse=reuse,
                     resume=resume,
-                    run_meta={"decoding": self.decoding_hash(), "prompt_keys": keys},
+                    run_meta={
+                        "decoding": self.decoding_hash(),
+                        "prompt_keys": keys,
+                        "data": self.data_digest,
+                    },
                     start_order=self._longest_first(specs),
                     write_behind=self.after_next_launch,
                     on_rollout=self._outage_streak(run_id, kind),
@@ -436,6 +460,7 @@ class LoopContext:
         if (
             not resume
             or meta.get("decoding") != self.decoding_hash()
+            or meta.get("data", self.data_digest) != self.data_digest
             or not isinstance(stored, Mapping)
         ):
             log.discard_rows(run_id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -477,3 +478,75 @@ def test_the_decoding_probe_refuses_what_the_config_check_refuses() -> None:
     assert probe(0.0, 0.41).config_refuses and not probe(0.0, 0.11).config_refuses
     assert probe(0.78, None).config_refuses  # a record without the field: r alone, as before
     assert not probe(None, None).config_refuses  # a real model
+
+
+def test_temperature_zero_reuse_never_crosses_data(tmp_path: Path) -> None:
+    """Review: the reuse key held the prompt and the decoding but not the data a rollout reads.
+    Evaluated again over another simulated world file (``ground_truth``) or over edited video
+    trees, a workspace was served the first data's outcomes (72 of 72, no model call). Now
+    another world is rolled out and answers as a fresh workspace does in it; edited trees are
+    rolled out; the same trees at another path still reuse (the content is the key, not the
+    path). A ``trm eval`` names another run for other data instead of reporting the old one."""
+    import json
+
+    from click.testing import CliRunner
+
+    from trm_assets.cli.train import eval_cmd
+    from trm_assets.harness.loop.runner import current_action, run_action
+    from trm_assets.harness.loop.step import evaluate
+
+    first = tiny_config(*REALISTIC_T0)
+    ws = new_workspace(tmp_path / "ws", first)
+    with loop_context(ws, first, build_providers(first.provider_spec())) as ctx:
+        run_action(ctx, current_action(ctx))  # init: the seed evaluation
+        sv, pv = ctx.paths.skills_version, ctx.paths.prompts_version
+        home = ctx.data_digest
+
+    assert first.ground_truth is not None
+    world = json.loads(Path(first.ground_truth).read_text(encoding="utf-8"))
+    for q in world["questions"].values():
+        q["difficulty"] = q["difficulty"] + 3.0  # a harder world: the same questions
+    gt = tmp_path / "ground_truth_hard.json"
+    gt.write_text(json.dumps(world), encoding="utf-8")
+    trees = tmp_path / "trees_same"
+    shutil.copytree(first.trees, trees)
+    edited = tmp_path / "trees_edited"
+    shutil.copytree(first.trees, edited)
+    for path in sorted(edited.glob("*.json")):
+        tree = json.loads(path.read_text(encoding="utf-8"))
+        for node in tree["nodes"].values():
+            node["caption"] = ""
+        path.write_text(json.dumps(tree), encoding="utf-8")
+
+    def outcomes(
+        cfg: RunConfig, workspace: Path, run_id: str
+    ) -> tuple[int, int, dict[str, bool | None]]:
+        with loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as c:
+            res = asyncio.run(evaluate(c, run_id, sv, pv, c.pool_questions("validation"), "slow_R"))
+            return (
+                res.n_reused,
+                len(res.predictions),
+                {p.question_id: p.correct for p in res.predictions},
+            )
+
+    hard = tiny_config(*REALISTIC_T0, f"ground_truth={gt}")
+    reused, n, moved = outcomes(hard, ws, "t_hard")
+    assert n > 0 and reused == 0
+    _, _, fresh = outcomes(hard, new_workspace(tmp_path / "fresh", hard), "t_fresh")
+    _, _, before = outcomes(first, ws, "t_first")
+    assert moved == fresh and moved != before  # the hard world answers, not the first one
+    reused, n, _ = outcomes(tiny_config(*REALISTIC_T0, f"trees={edited}"), ws, "t_edited")
+    assert reused == 0
+    reused, n, _ = outcomes(tiny_config(*REALISTIC_T0, f"trees={trees}"), ws, "t_same")
+    assert reused == n  # the same trees elsewhere: served
+
+    with loop_context(ws, hard, build_providers(hard.provider_spec())) as c:
+        assert c.data_digest != home
+    args = ["--workspace", str(ws), "--version", sv, "--pool", "validation"]
+    again = CliRunner().invoke(eval_cmd, args)  # the workspace's stored config: the first data
+    assert again.exit_code == 0, again.output
+    assert f"run eval_{sv}_{pv}_validation:" in again.output
+    other = CliRunner().invoke(eval_cmd, [*args, "--set", f"ground_truth={gt}"])
+    assert other.exit_code == 0, other.output
+    assert "already evaluated" not in other.output
+    assert f"eval_{sv}_{pv}_validation_" in other.output  # another run: its own id
