@@ -15,7 +15,7 @@ Three policies, all valid under arbitrary dependence between gates:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Final, Literal
 
@@ -84,21 +84,9 @@ def gate_params_for(
             raise ValueError("run_error_policy 'elond' needs gate_mode 'anytime' (e-values)")
         alpha = min(run.fdr_alpha * lond_gamma(j, run.max_gates) * (accepts_before + 1), 0.5)
     early = min(base.alpha_early, alpha / 5.0)  # keep hybrid's α₁ < α with the same 1:4 split
-    return GateParams(
-        alpha=alpha,
-        mode=base.mode,
-        alpha_early=early,
-        alpha_harm=base.alpha_harm,
-        lambda0=base.lambda0,
-        lambda_dir=base.lambda_dir,
-        grid_k=base.grid_k,
-        grid_max=base.grid_max,
-        block=base.block,
-        infra_max_rate=base.infra_max_rate,
-        infra_min_denominator=base.infra_min_denominator,
-        candidate_suspect_rate=base.candidate_suspect_rate,
-        baseline_quiet_rate=base.baseline_quiet_rate,
-    )
+    # every other field as configured (a review found futility_power and the screen fields
+    # dropped under pfer/elond when each was copied by hand)
+    return replace(base, alpha=alpha, alpha_early=early)
 
 
 def expected_false_accepts_bound(alphas: list[float] | tuple[float, ...]) -> float:

@@ -55,3 +55,22 @@ def test_run_params_validation() -> None:
         RunErrorParams(pfer_budget=0)
     with pytest.raises(ValueError):
         RunErrorParams(max_gates=0)
+
+
+@pytest.mark.parametrize("policy", ["pfer", "elond"])
+def test_a_run_policy_changes_only_the_levels_of_a_gate(policy: str) -> None:
+    """Review: ``pfer`` and ``elond`` rebuilt the gate's parameters field by field and dropped
+    ``futility_power`` and the screen; every field but α and α₁ is the configured one."""
+    from dataclasses import asdict
+
+    base = GateParams(
+        mode="anytime", futility_power=0.2, screen_positions=7, screen_margin=2, block=5
+    )
+    run = RunErrorParams(policy=policy, max_gates=20)  # type: ignore[arg-type]
+    got = asdict(gate_params_for(3, 1, base, run))
+    want = asdict(base)
+    alpha = 1.0 / 20 if policy == "pfer" else 0.10 * lond_gamma(3, 20) * 2
+    assert got.pop("alpha") == pytest.approx(alpha)
+    assert got.pop("alpha_early") == pytest.approx(min(base.alpha_early, alpha / 5))
+    del want["alpha"], want["alpha_early"]
+    assert got == want
