@@ -296,6 +296,35 @@ class PairResult:
     baseline_attempted: int
     candidate_attempted: int
 
+    def __post_init__(self) -> None:
+        """A block's counts are those of its signs (:func:`pair_block` builds them so): a
+        hand-built block that disagrees is refused here, before any gate state takes it."""
+        counts = (
+            self.n_improved,
+            self.n_regressed,
+            self.n_persistent_fail,
+            self.n_stable_success,
+            self.n_infra_baseline,
+            self.n_infra_candidate,
+            self.baseline_attempted,
+            self.candidate_attempted,
+        )
+        if min(counts) < 0:
+            raise ValueError(f"a block's counts must be >= 0, got {counts}")
+        if any(s not in (-1, 0, 1) for s in self.signs):
+            raise ValueError("a pair's sign is -1, 0 or +1")
+        by_sign = (self.signs.count(1), self.signs.count(-1), self.signs.count(0))
+        if (self.n_improved, self.n_regressed, self.n_ties) != by_sign:
+            raise ValueError(
+                f"a block's wins/losses/ties ({self.n_improved}, {self.n_regressed}, "
+                f"{self.n_ties}) disagree with its signs {by_sign}"
+            )
+        if len(self.signs) + self.n_infra_baseline != len(self.keys):
+            raise ValueError(
+                f"a block of {len(self.keys)} positions has {len(self.signs)} pairs and "
+                f"{self.n_infra_baseline} baseline failures"
+            )
+
     @property
     def n_attempted(self) -> int:
         """Rollouts actually run in this block, both arms; cache hits excluded (GATE §5)."""

@@ -397,3 +397,27 @@ def test_gate_state_refuses_invalid() -> None:
         gate_state_from_dict({**good, "losses": 3}, p)
     with pytest.raises(DataFormatError, match="positions"):
         gate_state_from_dict({**good, "positions": 31}, p)
+
+
+def test_a_block_whose_counts_disagree_with_its_signs_is_refused_before_any_state() -> None:
+    """Review: a hand-built block with 1 tie and ``n_improved = 9`` was decided on (E⁺ 4.34), and
+    one with negative losses changed the gate state before it raised."""
+    from dataclasses import replace as dc_replace
+
+    p = GateParams()
+    good = pair_block(
+        ["a", "b", "c"], {"a": False, "b": True, "c": None}, {"a": True, "b": True, "c": True}, 3, 3
+    )
+    assert (good.n_improved, good.n_ties, good.n_positions, good.n_pairs) == (1, 1, 3, 2)
+    for bad in (
+        {"n_improved": 9},
+        {"n_regressed": -2},
+        {"n_infra_baseline": 0},
+        {"signs": (2, 0)},
+        {"candidate_attempted": -1},
+    ):
+        with pytest.raises(ValueError):
+            dc_replace(good, **bad)
+    s = new_gate_state(10, p)
+    assert gate_decision(s, good, p).verdict is Verdict.CONTINUE
+    assert (s.wins, s.losses, s.positions) == (1, 0, 3)
