@@ -242,17 +242,16 @@ def eval_cmd(
         pv = prompts_version or ctx.paths.prompts_version
         ctx.skills(version)  # a missing version fails before any rollout
         base = f"eval_{version}_{pv}_{pool}"
-        dh, data = ctx.decoding_hash(), ctx.data_digest
+        dh = ctx.decoding_hash()
         ctx.log.flush()
         with RunLogReader.open(ctx.paths.run_db) as reader:
             # a run on record decoded by another model / world, or over other trees, is another
             # run: the first id that is free or holds this evaluation's (the last names both
             # hashes, so it is one or the other)
-            for run_id in (base, f"{base}_{dh}", f"{base}_{dh}_{data}"):
+            for run_id in (base, f"{base}_{dh}", f"{base}_{dh}_{ctx.data_digest}"):
                 row = reader.run(run_id)
                 if row is None or (
-                    run_decoding(row) in (None, dh)
-                    and run_meta(row.get("meta")).get("data", data) == data
+                    run_decoding(row) in (None, dh) and ctx.same_data(run_meta(row.get("meta")))
                 ):
                     break
         if row is not None and row.get("status") == "done":

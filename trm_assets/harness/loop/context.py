@@ -232,8 +232,8 @@ class LoopContext:
         """What a rollout reads besides its prompt and its question (whose content ``pools.json``
         guards): the video trees its tools return and, with the simulator, the world file its
         answers come from. Recorded per run (``runs.meta.data``): an outcome on record is served
-        again (temperature 0), resumed, or taken as a ``trm eval``'s only under the same data. Rows
-        written before the key carry none and are taken as the current data's, as before."""
+        again (temperature 0), resumed, or taken as a ``trm eval``'s only under the same data
+        (:meth:`same_data`)."""
         h = hashlib.sha256()
         trees = self.dataset.trees
         for video in sorted(trees):
@@ -242,6 +242,12 @@ class LoopContext:
             world = json.loads(Path(self.cfg.ground_truth).read_text(encoding="utf-8"))
             h.update(json.dumps(world, sort_keys=True).encode())
         return h.hexdigest()[:16]
+
+    def same_data(self, meta: Mapping[str, Any]) -> bool:
+        """Whether a run's ``runs.meta`` says it read this data. Runs recorded before the key
+        carry none and are taken as the current data's, as before (the SQL of
+        :meth:`same_prompt_rows` applies the same rule)."""
+        return bool(meta.get("data", self.data_digest) == self.data_digest)
 
     def decoding_hash(self) -> str:
         """What besides the version pair decides a rollout's answer: provider, model,
@@ -460,7 +466,7 @@ class LoopContext:
         if (
             not resume
             or meta.get("decoding") != self.decoding_hash()
-            or meta.get("data", self.data_digest) != self.data_digest
+            or not self.same_data(meta)
             or not isinstance(stored, Mapping)
         ):
             log.discard_rows(run_id)
