@@ -266,6 +266,15 @@ class LoopContext:
         digests = {k: hashlib.sha256(v.encode()).hexdigest() for k, v in others.items()}
         return _short_hash({**self._decoding(), "others": digests})
 
+    def baseline_context_hash(self, skills: Mapping[str, str]) -> str:
+        """The gate-baseline cache's R4 context (:mod:`trm_assets.domain.baseline_cache`):
+        :meth:`context_hash` and the data the draws read (:attr:`data_digest`). A baseline drawn
+        over other video trees or another simulated world file is another distribution; served to
+        a gate whose candidate reads this data, it paired two data sets (review: a fresh-temperature
+        run resumed over edited trees did). Entries written before the key are not served: the
+        baselines are drawn again (cost only)."""
+        return _short_hash({"context": self.context_hash(skills), "data": self.data_digest})
+
     def prompt_key(self, task_type: str, skills: Mapping[str, str], prompts_version: str) -> str:
         """What a question of ``task_type`` reads, as one hash: its skill file, the other skills
         it reads, the prompts version and the decoding. At temperature 0 two rollouts of a

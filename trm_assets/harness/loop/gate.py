@@ -389,7 +389,7 @@ async def validate_candidate_skill(
     base_skills = dict(req.baseline_skills)
     cache = BaselineCacheStore(ctx.paths.baseline_cache, req.task_type)
     skill_hash = text_hash(base_skills[req.skill_file])
-    context_hash = ctx.context_hash(base_skills)
+    context_hash = ctx.baseline_context_hash(base_skills)  # R4, with the data read
     base_run, cand_run = f"{req.gate_run_id}_base", f"{req.gate_run_id}_cand"
     known = gate_plan_.known if gate_plan_.known is not None else deterministic_baseline(ctx, req)
     state = new_gate_state(len(plan), params)

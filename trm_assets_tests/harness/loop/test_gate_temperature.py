@@ -550,3 +550,50 @@ def test_temperature_zero_reuse_never_crosses_data(tmp_path: Path) -> None:
     assert other.exit_code == 0, other.output
     assert "already evaluated" not in other.output
     assert f"eval_{sv}_{pv}_validation_" in other.output  # another run: its own id
+
+
+def test_fresh_temperature_gate_baselines_never_cross_data(tmp_path: Path) -> None:
+    """Review: at a fresh temperature the gate's baseline cache (R4) was keyed by the decoding
+    and the other skills, not by the data a draw reads. A run resumed over another simulated world
+    file or over edited trees paired the first data's cached baseline draws with candidate draws
+    over the new data. Now a gate over other data draws its baselines again; over the same data
+    (at another path) it is served from the cache."""
+    import json
+
+    from trm_assets.harness.loop.gate import validate_candidate_skill
+
+    first = tiny_config()
+    assert first.fresh_draws()
+    ws = new_workspace(tmp_path / "ws", first)
+
+    def gate(cfg: RunConfig, run_id: str) -> tuple[int, int]:
+        with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+            req = replace(_request(ctx, _biggest(ctx)), gate_run_id=run_id, extra_qids=())
+            out = asyncio.run(validate_candidate_skill(ctx, req))
+            return out.cache_hits, out.baseline_rollouts
+
+    hits, drawn = gate(first, "t_e0_s1_gate_a")
+    assert hits == 0 and drawn > 0  # nothing cached yet: every baseline position drawn
+
+    assert first.ground_truth is not None
+    world = json.loads(Path(first.ground_truth).read_text(encoding="utf-8"))
+    for q in world["questions"].values():
+        q["difficulty"] = q["difficulty"] + 3.0  # a harder world: the same questions
+    gt = tmp_path / "ground_truth_hard.json"
+    gt.write_text(json.dumps(world), encoding="utf-8")
+    edited = tmp_path / "trees_edited"
+    shutil.copytree(first.trees, edited)
+    for path in sorted(edited.glob("*.json")):
+        tree = json.loads(path.read_text(encoding="utf-8"))
+        for node in tree["nodes"].values():
+            node["caption"] = ""
+        path.write_text(json.dumps(tree), encoding="utf-8")
+    same = tmp_path / "trees_same"
+    shutil.copytree(first.trees, same)
+
+    hits, drawn = gate(tiny_config(f"ground_truth={gt}"), "t_e0_s1_gate_b")
+    assert hits == 0 and drawn > 0
+    hits, drawn = gate(tiny_config(f"trees={edited}"), "t_e0_s1_gate_c")
+    assert hits == 0 and drawn > 0
+    hits, _ = gate(tiny_config(f"trees={same}"), "t_e0_s1_gate_d")
+    assert hits > 0  # the same content elsewhere: the first gate's draws are served
