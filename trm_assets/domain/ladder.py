@@ -142,7 +142,10 @@ def information(p_hat: float) -> float:
 def warm_order(p_hats: Sequence[tuple[str, float]], p_low: float, p_high: float) -> tuple[str, ...]:
     """Warm ladder order: drop p̂ outside [p_low, p_high], sort by p̂(1−p̂) descending.
 
-    The sort is stable, so equally informative questions keep their insertion order.
+    The sort is stable: questions whose p̂(1−p̂) are equal as floats keep their insertion order.
+    p̂ and 1 − p̂ may differ in the last bit (0.3 · 0.7 = 0.21, 0.7 · (1 − 0.7) =
+    0.21000000000000002), and then the rounding orders them: deterministic, and kept as it is
+    because the committed default-world figures depend on it.
     """
     kept = [(qid, p) for qid, p in p_hats if p_low <= p <= p_high]
     kept.sort(key=lambda item: -information(item[1]))
@@ -156,9 +159,11 @@ def cold_order(
     with one probe (never observed, p̂ = ½) after every ``probe_every`` slots; each class keeps
     insertion order and whatever remains of a class when the others run out follows in turn.
     """
-    wrong = [q for q, p in p_hats if p < PROBE_P]
-    right = [q for q, p in p_hats if p > PROBE_P]
+    # one class per question: a p̂ within rounding of ½ is a probe, never also wrong or right
+    # (review: 0.5 − 1e-12 was listed twice, which pair_block refuses)
     probes = [q for q, p in p_hats if math.isclose(p, PROBE_P)]
+    wrong = [q for q, p in p_hats if p < PROBE_P and not math.isclose(p, PROBE_P)]
+    right = [q for q, p in p_hats if p > PROBE_P and not math.isclose(p, PROBE_P)]
     order: list[str] = []
     wi = ri = pi = 0
     slots = 0

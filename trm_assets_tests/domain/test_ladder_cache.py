@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trm_assets.domain.baseline_cache import (
     GATE_BASELINE,
@@ -67,6 +69,16 @@ def test_cold_order_remainders() -> None:
         "w3",
         "p",
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1 / 3, 0.5 - 1e-12, 0.5, 0.5 + 1e-12, 2 / 3, 1.0])))
+def test_cold_order_lists_every_question_once(ps: list[float]) -> None:
+    """Review: a p̂ within rounding of ½ was both a probe and wrong (or right), so the question
+    came twice in the order. Every question now comes exactly once."""
+    p_hats = [(f"q{i}", p) for i, p in enumerate(ps)]
+    order = cold_order(p_hats)
+    assert sorted(order) == sorted(q for q, _ in p_hats)
 
 
 def test_warm_ema_order_and_filter() -> None:
