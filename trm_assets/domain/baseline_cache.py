@@ -10,7 +10,8 @@ what may enter the cache and what may be served from it:
 * **R2**: the key carries the replicate (pass) index, so every pass gets a fresh baseline draw.
 * **R4**: the key carries a ``context_hash`` covering everything else that changes the baseline's
   output distribution (model and version, decoding parameters, ``max_steps``, tool versions,
-  other loaded skills). Infra failures (``None``) are never cached: they are retried.
+  other loaded skills, and the data the draws read: the harness's ``baseline_context_hash``).
+  Infra failures (``None``) are never cached: they are retried.
 """
 
 from __future__ import annotations

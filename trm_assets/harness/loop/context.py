@@ -61,6 +61,7 @@ from trm_assets.harness.storage.workspace import (
     resolve_paths,
 )
 from trm_assets.llm.providers import Providers
+from trm_assets.llm.sim.world import world_file
 from trm_assets.llm.sim_config import answer_world
 
 T = TypeVar("T")
@@ -239,7 +240,8 @@ class LoopContext:
         for video in sorted(trees):
             h.update(f"{video}\0{trees[video].model_dump_json()}\0".encode())
         if self.cfg.llm_provider == "sim" and self.cfg.ground_truth:
-            world = json.loads(Path(self.cfg.ground_truth).read_text(encoding="utf-8"))
+            # the file the provider read (a sample directory names its ground_truth.json)
+            world = json.loads(world_file(self.cfg.ground_truth).read_text(encoding="utf-8"))
             h.update(json.dumps(world, sort_keys=True).encode())
         return h.hexdigest()[:16]
 

@@ -229,11 +229,16 @@ def parse_ground_truth(data: object, source: str) -> SimWorld:
     return SimWorld(truth=truth, source=source)
 
 
+def world_file(path: str | Path) -> Path:
+    """The world file a ``ground_truth`` setting names: a sample directory's
+    ``ground_truth.json``, or the path itself."""
+    p = Path(path)
+    return p / GROUND_TRUTH_FILE if p.is_dir() else p
+
+
 def load_world(path: str | Path) -> SimWorld:
     """Load the simulated world from a sample directory or a ``ground_truth.json`` path."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / GROUND_TRUTH_FILE
+    p = world_file(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as e:

@@ -552,18 +552,22 @@ def test_temperature_zero_reuse_never_crosses_data(tmp_path: Path) -> None:
     assert f"eval_{sv}_{pv}_validation_" in other.output  # another run: its own id
 
 
-def test_fresh_temperature_gate_baselines_never_cross_data(tmp_path: Path) -> None:
-    """Review: at a fresh temperature the gate's baseline cache (R4) was keyed by the decoding
-    and the other skills, not by the data a draw reads. A run resumed over another simulated world
-    file or over edited trees paired the first data's cached baseline draws with candidate draws
-    over the new data. Now a gate over other data draws its baselines again; over the same data
-    (at another path) it is served from the cache."""
+@pytest.mark.parametrize(
+    "decoding", [(), ("agent_temperature=0", "gate_passes=1")], ids=["fresh", "temperature-0"]
+)
+def test_gate_baselines_never_cross_data(tmp_path: Path, decoding: tuple[str, ...]) -> None:
+    """Review: the gate's baseline cache (R4) was keyed by the decoding and the other skills,
+    not by the data a draw reads. A run resumed over another simulated world file or over edited
+    trees paired the first data's cached baseline draws with candidate draws over the new data
+    (at temperature 0 too: the cache is read before the same-data reuse). Now a gate over other
+    data draws its baselines again; over the same data (at another path, or the world named by
+    its sample directory) it is served from the cache."""
     import json
 
     from trm_assets.harness.loop.gate import validate_candidate_skill
 
-    first = tiny_config()
-    assert first.fresh_draws()
+    first = tiny_config(*decoding)
+    assert first.fresh_draws() == (not decoding)
     ws = new_workspace(tmp_path / "ws", first)
 
     def gate(cfg: RunConfig, run_id: str) -> tuple[int, int]:
@@ -591,9 +595,13 @@ def test_fresh_temperature_gate_baselines_never_cross_data(tmp_path: Path) -> No
     same = tmp_path / "trees_same"
     shutil.copytree(first.trees, same)
 
-    hits, drawn = gate(tiny_config(f"ground_truth={gt}"), "t_e0_s1_gate_b")
+    hits, drawn = gate(tiny_config(*decoding, f"ground_truth={gt}"), "t_e0_s1_gate_b")
     assert hits == 0 and drawn > 0
-    hits, drawn = gate(tiny_config(f"trees={edited}"), "t_e0_s1_gate_c")
+    hits, drawn = gate(tiny_config(*decoding, f"trees={edited}"), "t_e0_s1_gate_c")
     assert hits == 0 and drawn > 0
-    hits, _ = gate(tiny_config(f"trees={same}"), "t_e0_s1_gate_d")
+    hits, _ = gate(tiny_config(*decoding, f"trees={same}"), "t_e0_s1_gate_d")
     assert hits > 0  # the same content elsewhere: the first gate's draws are served
+    # review: a sample directory as ground_truth (what the provider accepts) crashed the digest
+    sample = Path(first.ground_truth).parent
+    hits, _ = gate(tiny_config(*decoding, f"ground_truth={sample}"), "t_e0_s1_gate_e")
+    assert hits > 0  # the same world file, named by its directory
