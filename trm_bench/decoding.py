@@ -135,13 +135,13 @@ def question_draws(
 
 
 def simulated_shared(inputs: ProbeInputs, providers: Providers, temperature: float) -> float | None:
-    """What the config check bounds: the latent correlation two simulated draws of one prompt
-    share, the text's own part included (None: a real model)."""
+    """What the config check bounds: the most two simulated draws of one prompt share over
+    questions, the text's own part included (None: a real model)."""
     if providers.oracle is None:
         return None
-    from trm_assets.llm.sim_config import prompt_draw_correlation
+    from trm_assets.llm.sim_config import prompt_draw_worst_case
 
-    return prompt_draw_correlation(inputs.cfg.sim, temperature)
+    return prompt_draw_worst_case(inputs.cfg.sim, temperature)
 
 
 def simulated_r(inputs: ProbeInputs, providers: Providers, temperature: float) -> float | None:
@@ -281,6 +281,8 @@ def run_probe(
                 "wall_s": round(p.wall_s, 3),
                 "simulated_rho": p.truth,
                 "simulated_r": p.simulated_r,
+                # what config_refuses compares (review: it was not in the output)
+                "simulated_shared": p.simulated_shared,
                 "config_refuses": p.config_refuses,
             }
             for p in probes

@@ -89,6 +89,10 @@ def test_estimates_agree_with_the_simulated_value() -> None:
         assert _z(probe.estimate, probe.truth) < 3.0, (probe.estimate, probe.truth)
     assert low.estimate.verdict is PassVerdict.DEPENDENT
     assert low.estimate.agree_within > high.estimate.agree_within
+    # text shifts (f = 0.15): the least favourable question repeats every draw of a text, so the
+    # config check refuses passes at every fresh temperature, and so does the probe
+    assert low.simulated_shared == high.simulated_shared == 1.0
+    assert low.config_refuses and high.config_refuses
 
 
 def test_default_world_at_temperature_one_is_independent_exactly() -> None:
@@ -211,6 +215,7 @@ def test_a_simulated_world_the_config_check_refuses_is_never_recommended() -> No
     low, high = out["temperatures"]
     assert low["config_refuses"] and not high["config_refuses"]
     assert low["simulated_r"] == pytest.approx(math.exp(-0.25))
+    assert low["simulated_shared"] == low["simulated_r"]  # no text shifts: the sampler's part
     assert out["gate_fresh_temperature"] in (None, 2.0)
     assert "the config check refuses repeated passes there" in format_report(out)
 

@@ -284,7 +284,8 @@ def test_a_layer_setting_another_key_of_the_section_is_not_blamed(tmp_path: Path
     [
         (),
         ("sim.profile=realistic",),
-        ("sim.profile=realistic", "sim.text_flip_rate=0.2"),
+        # (the gate's one-pass plan: the default profile's temperature 1 with text shifts)
+        ("sim.profile=realistic", "sim.text_flip_rate=0.2", "gate_fresh_temperature=2"),
         # review: a partial proposal_mix override pinned the whole mix
         ("sim.proposal_mix.harmful=0.15", "sim.proposal_mix.malformed=0.15"),
     ],
