@@ -324,6 +324,24 @@ class PairResult:
                 f"a block of {len(self.keys)} positions has {len(self.signs)} pairs and "
                 f"{self.n_infra_baseline} baseline failures"
             )
+        # the audit rows are the block's too (review: a block without rows and with 5 candidate
+        # failures on 3 positions was taken, and aborted its gate as INFRA)
+        if tuple(r.key for r in self.rows) != self.keys:
+            raise ValueError(
+                f"a block's rows ({len(self.rows)}) must be one per position, in its order "
+                f"({len(self.keys)})"
+            )
+        from_rows = (
+            tuple(r.sign for r in self.rows if r.sign is not None),
+            sum(r.baseline is None for r in self.rows),
+            sum(r.candidate is None for r in self.rows),
+        )
+        if from_rows != (self.signs, self.n_infra_baseline, self.n_infra_candidate):
+            raise ValueError(
+                f"a block's rows say {from_rows[1]} baseline and {from_rows[2]} candidate "
+                f"failures (signs {from_rows[0] == self.signs}), its counts "
+                f"{self.n_infra_baseline} and {self.n_infra_candidate}"
+            )
 
     @property
     def n_attempted(self) -> int:

@@ -415,6 +415,10 @@ def test_a_block_whose_counts_disagree_with_its_signs_is_refused_before_any_stat
         {"n_infra_baseline": 0},
         {"signs": (2, 0)},
         {"candidate_attempted": -1},
+        # review: the audit rows and the infra counts were not checked against the block
+        {"n_infra_candidate": 5, "rows": ()},
+        {"n_infra_candidate": 1},
+        {"rows": good.rows[::-1]},
     ):
         with pytest.raises(ValueError):
             dc_replace(good, **bad)
