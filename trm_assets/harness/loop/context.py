@@ -249,7 +249,7 @@ class LoopContext:
         """Whether a run's ``runs.meta`` says it read this data. Runs recorded before the key
         carry none and are taken as the current data's, as before (the SQL of
         :meth:`same_prompt_rows` applies the same rule)."""
-        return bool(meta.get("data", self.data_digest) == self.data_digest)
+        return bool((meta.get("data") or self.data_digest) == self.data_digest)  # null: none
 
     def decoding_hash(self) -> str:
         """What besides the version pair decides a rollout's answer: provider, model,
