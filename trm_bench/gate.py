@@ -278,6 +278,25 @@ LOW_TEMPERATURE_ROWS: tuple[tuple[str, int, int, float], ...] = (
 )
 
 
+# A text's own per-question shift (``sim.text_flip_rate`` f, docs/decision-decoding-probe.md):
+# the simulator's draw at T > 0 is [√ρ·W + √(1 − ρ)·E_text < Φ⁻¹(p)], W fresh per pass, E fixed
+# per (question, text), ρ its text-to-text correlation ``flip_correlation(p, f)``. ρ is largest
+# at p = ½; where 2p(1 − p) <= f it is 0 and every draw of a text repeats. Appended last.
+_REFUSED = "(refused at fresh temperatures since the twenty-third session)"
+TEXT_SHIFT_ROWS: tuple[tuple[str, int, int, float, float], ...] = (
+    # (label, pool N, passes, p, f)
+    (
+        "text shifts (f = 0.15) at p = ½, N = 50, 3 passes (the bound a3ca453 held)",
+        50,
+        3,
+        0.5,
+        0.15,
+    ),
+    (f"text shifts (f = 0.15) at p = 0.92, N = 50, 3 passes {_REFUSED}", 50, 3, 0.92, 0.15),
+    ("text shifts (f = 0.15) at p = 0.92, N = 50, 1 uniform pass (the remedy)", 50, 1, 0.92, 0.15),
+)
+
+
 def _row(label: str, alpha: float, replicates: int, accepts: int) -> dict[str, Any]:
     rate = accepts / replicates
     se = math.sqrt(max(rate * (1 - rate), 1e-12) / replicates)
@@ -319,7 +338,40 @@ def worst_case_table(replicates: int, seed: int) -> list[dict[str, Any]]:
     for label, n, passes, r in LOW_TEMPERATURE_ROWS:
         accepts = near_replay_accepts(n, passes, r, replicates, rng, params)
         rows.append(_row(label, params.alpha, replicates, accepts))
+    for label, n, passes, p, f in TEXT_SHIFT_ROWS:
+        accepts = text_shift_accepts(n, passes, p, f, replicates, rng, params)
+        rows.append(_row(label, params.alpha, replicates, accepts))
     return rows
+
+
+def text_shift_accepts(
+    n: int,
+    passes: int,
+    p: float,
+    f: float,
+    replicates: int,
+    rng: np.random.Generator,
+    params: GateParams,
+) -> int:
+    """Accepts in ``replicates`` gates over ``n`` questions of pass rate ``p`` on a neutral
+    rewording (each arm's text its own per-question shift, ``sim.text_flip_rate`` ``f``), with
+    fresh draws per pass (above)."""
+    from statistics import NormalDist
+
+    from trm_assets.llm.sim.decoding import flip_correlation
+
+    rho, cut = flip_correlation(p, f), NormalDist().inv_cdf(p)
+    plan = gate_plan([f"q{i}" for i in range(n)], passes, params.block)
+    accepts = 0
+    for _ in range(replicates):
+        text = rng.standard_normal((2, 1, n))  # each arm's text: fixed over its passes
+        latent = math.sqrt(rho) * rng.standard_normal((2, passes, n)) + math.sqrt(1 - rho) * text
+        b, c = latent[0] < cut, latent[1] < cut
+        arm_b = {(f"q{i}", k): bool(b[k, i]) for i in range(n) for k in range(passes)}
+        arm_c = {(f"q{i}", k): bool(c[k, i]) for i in range(n) for k in range(passes)}
+        accepted, _ = run_gate(plan, dict(arm_b), dict(arm_c), params)
+        accepts += accepted
+    return accepts
 
 
 def near_replay_accepts(

@@ -156,3 +156,21 @@ def test_near_replayed_passes_break_alpha_and_one_pass_does_not() -> None:
     bound = 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps)
     assert _near_replay_rate(0.9, 3, reps, seed=5) > bound + 0.03
     assert _near_replay_rate(0.9, 1, reps, seed=6) <= bound
+
+
+def test_text_shifts_at_an_extreme_pass_rate_break_alpha_with_passes() -> None:
+    """Why any ``sim.text_flip_rate`` > 0 is refused at fresh temperatures (review of a3ca453):
+    at p = 0.92 and the shipped f = 0.15 the simulator's text-to-text correlation is 0, every
+    draw of a text repeats, and three passes accept a neutral rewording far above α (≈ 15%);
+    one uniform pass stays within α + 3 SE. The bench's own simulation, the real kernel."""
+    from trm_assets.llm.sim.decoding import flip_correlation
+    from trm_bench.gate import text_shift_accepts
+
+    assert flip_correlation(0.92, 0.15) == 0.0
+    reps = 1000
+    bound = 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps)
+    params = GateParams(mode="hybrid", block=10)
+    three = text_shift_accepts(50, 3, 0.92, 0.15, reps, np.random.default_rng(7), params)
+    one = text_shift_accepts(50, 1, 0.92, 0.15, reps, np.random.default_rng(8), params)
+    assert three / reps > bound + 0.05
+    assert one / reps <= bound

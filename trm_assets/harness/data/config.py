@@ -415,7 +415,7 @@ def _decoding_checks(v: Mapping[str, Any]) -> list[_Check]:
                 f"one prompt at agent temperature {temperature()} repeat it (a shared latent "
                 "part of up to 1, > "
                 f"{INDEPENDENT_MAX_CORRELATION}; three passes over such questions accept a "
-                "neutral rewording at about 15%, not 5%)"
+                "neutral rewording at 14-15%, not 5%)"
             )
         return (
             f"sim.temperature_scale: {sim.temperature_scale}: two simulated draws of one "
