@@ -469,11 +469,11 @@ def test_prompt_sensitivity_that_passes_would_share_is_a_config_error() -> None:
     assert prompt_draw_worst_case(SimConfig(temperature_scale=0.8), 1.0) == pytest.approx(
         math.exp(-((1.0 / 0.8) ** 2))
     )
-    for f in ("0.3", "0.15", "0.02"):
+    for flip in ("0.3", "0.15", "0.02"):
         with pytest.raises(TrmError) as err:
-            tiny_config(f"sim.text_flip_rate={f}", "agent_temperature=1")
+            tiny_config(f"sim.text_flip_rate={flip}", "agent_temperature=1")
         msg = str(err.value)
-        assert f"sim.text_flip_rate: {f}: every draw of one text" in msg
+        assert f"sim.text_flip_rate: {flip}: every draw of one text" in msg
         assert "raise gate_fresh_temperature above 1.0" in msg
         assert "use sim.text_flip_rate: 0" in msg and "temperature_scale" not in msg
     with pytest.raises(TrmError, match=r"sim\.text_flip_rate: 0\.15: every draw"):
