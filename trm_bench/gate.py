@@ -366,11 +366,7 @@ def text_shift_accepts(
     for _ in range(replicates):
         text = rng.standard_normal((2, 1, n))  # each arm's text: fixed over its passes
         latent = math.sqrt(rho) * rng.standard_normal((2, passes, n)) + math.sqrt(1 - rho) * text
-        b, c = latent[0] < cut, latent[1] < cut
-        arm_b = {(f"q{i}", k): bool(b[k, i]) for i in range(n) for k in range(passes)}
-        arm_c = {(f"q{i}", k): bool(c[k, i]) for i in range(n) for k in range(passes)}
-        accepted, _ = run_gate(plan, dict(arm_b), dict(arm_c), params)
-        accepts += accepted
+        accepts += _passes_accepted(plan, latent < cut, params)
     return accepts
 
 
@@ -386,12 +382,23 @@ def near_replay_accepts(
         # moves under the edit, the least favourable null) plus a fresh part per pass
         fixed = rng.standard_normal((2, 1, n))
         latent = math.sqrt(r) * fixed + math.sqrt(1 - r) * rng.standard_normal((2, passes, n))
-        b, c = latent[0] < 0.0, latent[1] < 0.0  # p = ½ for every question and arm
-        arm_b = {(f"q{i}", k): bool(b[k, i]) for i in range(n) for k in range(passes)}
-        arm_c = {(f"q{i}", k): bool(c[k, i]) for i in range(n) for k in range(passes)}
-        accepted, _ = run_gate(plan, dict(arm_b), dict(arm_c), params)
-        accepts += accepted
+        accepts += _passes_accepted(plan, latent < 0.0, params)  # p = ½ for every question
     return accepts
+
+
+def _passes_accepted(
+    plan: Sequence[tuple[str, int]], right: np.ndarray, params: GateParams
+) -> bool:
+    """One gate over ``plan`` on outcomes ``right[arm, pass, question]`` (arm 0 the baseline)."""
+    _, passes, n = right.shape
+    arm_b: dict[tuple[str, int], bool | None] = {
+        (f"q{i}", k): bool(right[0, k, i]) for i in range(n) for k in range(passes)
+    }
+    arm_c: dict[tuple[str, int], bool | None] = {
+        (f"q{i}", k): bool(right[1, k, i]) for i in range(n) for k in range(passes)
+    }
+    accepted, _ = run_gate(plan, arm_b, arm_c, params)
+    return bool(accepted)
 
 
 @click.command("gate")
