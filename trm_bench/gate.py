@@ -11,6 +11,10 @@ Pool model (GATE §10.1): p_B(q) ~ Beta(0.6, 0.5); edits are logit shifts (−0.
 sort by p̂(1−p̂) descending; cold ladder (N = 50 comparison table): one prior draw, p̂ = ⅓ or ⅔,
 2 wrong : 1 right over the whole pool (:func:`trm_assets.domain.ladder.cold_order`). Blocks of
 10; fresh draws of both arms for every pass.
+
+Why it is long: the §10 study and §10.2's worst case (its three null families: replayed, nearly
+replayed and text-shifted passes) drive the same kernel through one :func:`run_gate`; split, the
+worst case would import the study's driver back and the two tables could drift apart.
 """
 
 from __future__ import annotations

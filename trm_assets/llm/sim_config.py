@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -198,6 +199,17 @@ def latent_correlation(temperature_scale: float, temperature: float) -> float:
     if temperature_scale <= 0.0 or temperature > 40.0 * temperature_scale:
         return 0.0  # exp(−1600) is 0 in floating point; the ratio itself may overflow
     return math.exp(-((temperature / temperature_scale) ** 2))
+
+
+#: the world file of a sample directory (``trm data synth`` writes it)
+GROUND_TRUTH_FILE: Final = "ground_truth.json"
+
+
+def world_file(path: str | Path) -> Path:
+    """The world file a ``ground_truth`` setting names: a sample directory's
+    ``ground_truth.json``, or the path itself (the simulator reads it; the loop digests it)."""
+    p = Path(path)
+    return p / GROUND_TRUTH_FILE if p.is_dir() else p
 
 
 def prompt_draw_correlation(config: SimConfig, temperature: float) -> float:

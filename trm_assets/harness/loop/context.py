@@ -61,8 +61,7 @@ from trm_assets.harness.storage.workspace import (
     resolve_paths,
 )
 from trm_assets.llm.providers import Providers
-from trm_assets.llm.sim.world import world_file
-from trm_assets.llm.sim_config import answer_world
+from trm_assets.llm.sim_config import answer_world, world_file
 
 T = TypeVar("T")
 

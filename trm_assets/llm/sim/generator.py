@@ -27,7 +27,8 @@ from typing import Any, TypeVar
 from trm_assets.domain.question import LETTERS, skill_file_name
 from trm_assets.llm.sim import catalogue as cat
 from trm_assets.llm.sim.draws import below, normal, pick, shuffled, unit, weighted_index
-from trm_assets.llm.sim.world import GROUND_TRUTH_FILE, GROUND_TRUTH_KIND, parse_ground_truth
+from trm_assets.llm.sim.world import GROUND_TRUTH_KIND, parse_ground_truth
+from trm_assets.llm.sim_config import GROUND_TRUTH_FILE
 
 T = TypeVar("T")
 GENERATOR_VERSION = 1

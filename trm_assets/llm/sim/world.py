@@ -19,9 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trm_assets.domain.errors import DataFormatError, describe_validation_error
 from trm_assets.llm.sim.draws import normalize_text
+from trm_assets.llm.sim_config import world_file
 
 GROUND_TRUTH_KIND: Final = "trm-sim-ground-truth"
-GROUND_TRUTH_FILE = "ground_truth.json"
 EvidenceKind = Literal["caption", "ocr", "subtitle", "summary"]
 
 
@@ -227,13 +227,6 @@ def parse_ground_truth(data: object, source: str) -> SimWorld:
     if problems:
         raise GroundTruthError.from_messages(source, problems)
     return SimWorld(truth=truth, source=source)
-
-
-def world_file(path: str | Path) -> Path:
-    """The world file a ``ground_truth`` setting names: a sample directory's
-    ``ground_truth.json``, or the path itself."""
-    p = Path(path)
-    return p / GROUND_TRUTH_FILE if p.is_dir() else p
 
 
 def load_world(path: str | Path) -> SimWorld:
