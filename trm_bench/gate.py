@@ -359,19 +359,14 @@ def text_shift_accepts(
 ) -> int:
     """Accepts in ``replicates`` gates over ``n`` questions of pass rate ``p`` on a neutral
     rewording (each arm's text its own per-question shift, ``sim.text_flip_rate`` ``f``), with
-    fresh draws per pass (above)."""
+    fresh draws per pass (above): the near-replay model with the text as its fixed part."""
     from statistics import NormalDist
 
     from trm_assets.llm.sim.decoding import flip_correlation
 
-    rho, cut = flip_correlation(p, f), NormalDist().inv_cdf(p)
-    plan = gate_plan([f"q{i}" for i in range(n)], passes, params.block)
-    accepts = 0
-    for _ in range(replicates):
-        text = rng.standard_normal((2, 1, n))  # each arm's text: fixed over its passes
-        latent = math.sqrt(rho) * rng.standard_normal((2, passes, n)) + math.sqrt(1 - rho) * text
-        accepts += _passes_accepted(plan, latent < cut, params)
-    return accepts
+    rho = flip_correlation(p, f)
+    weights = (math.sqrt(1 - rho), math.sqrt(rho))  # the text's part, the fresh part
+    return _fixed_part_accepts(n, passes, weights, NormalDist().inv_cdf(p), replicates, rng, params)
 
 
 def near_replay_accepts(
@@ -379,14 +374,30 @@ def near_replay_accepts(
 ) -> int:
     """Accepts in ``replicates`` gates (``passes`` passes over ``n`` questions) on the least
     favourable null at a low temperature, two draws of one prompt correlated ``r`` (above)."""
+    weights = (math.sqrt(r), math.sqrt(1 - r))
+    return _fixed_part_accepts(n, passes, weights, 0.0, replicates, rng, params)  # p = ½
+
+
+def _fixed_part_accepts(
+    n: int,
+    passes: int,
+    weights: tuple[float, float],
+    cut: float,
+    replicates: int,
+    rng: np.random.Generator,
+    params: GateParams,
+) -> int:
+    """Accepts in ``replicates`` gates on a null where each arm's text fixes a per-question
+    latent part (independent between arms: every question's answer may move under the edit)
+    and each pass adds a fresh one, with ``weights`` (fixed, fresh); right when the latent is
+    below ``cut``."""
+    fixed_w, fresh_w = weights
     plan = gate_plan([f"q{i}" for i in range(n)], passes, params.block)
     accepts = 0
     for _ in range(replicates):
-        # per arm: the text's fixed part (independent between arms: every question's answer
-        # moves under the edit, the least favourable null) plus a fresh part per pass
         fixed = rng.standard_normal((2, 1, n))
-        latent = math.sqrt(r) * fixed + math.sqrt(1 - r) * rng.standard_normal((2, passes, n))
-        accepts += _passes_accepted(plan, latent < 0.0, params)  # p = ½ for every question
+        latent = fixed_w * fixed + fresh_w * rng.standard_normal((2, passes, n))
+        accepts += _passes_accepted(plan, latent < cut, params)
     return accepts
 
 
