@@ -212,21 +212,6 @@ def world_file(path: str | Path) -> Path:
     return p / GROUND_TRUTH_FILE if p.is_dir() else p
 
 
-def prompt_draw_correlation(config: SimConfig, temperature: float) -> float:
-    """What two simulated draws of one prompt share at ``temperature`` (their latent
-    correlation) on a question of p = ½: the sampler's r(T) (:func:`latent_correlation`) and,
-    with ``text_flip_rate`` f > 0, the text's own per-question part, which every draw of that
-    text carries at any temperature: ``1 − ρ·(1 − r)``. ρ is the text-to-text correlation that
-    makes two texts disagree with probability f; at p = ½ it is largest, ``ρ = cos(πf)``
-    (Sheppard; f < ½), so this is the *least* shared value over questions. The bound the
-    config check holds is :func:`prompt_draw_worst_case`."""
-    r = latent_correlation(config.temperature_scale, temperature)
-    f = config.text_flip_rate
-    if f <= 0.0:
-        return r
-    return 1.0 - math.cos(math.pi * min(f, 0.5)) * (1.0 - r)
-
-
 def prompt_draw_worst_case(config: SimConfig, temperature: float) -> float:
     """The most two simulated draws of one prompt share over questions (the least favourable
     null's value, what the config check bounds). Without ``text_flip_rate`` it is r(T). With
@@ -234,7 +219,9 @@ def prompt_draw_worst_case(config: SimConfig, temperature: float) -> float:
     correlation is 0 (:func:`trm_assets.llm.sim.decoding.flip_correlation`), so the text's own
     shift decides the answer and every draw of one text repeats it, at any temperature. A pool
     of such questions (every p = 0.92 at f = 0.15) gives three passes 15.2% false accepts at
-    α = .05 (review, N = 50, 3,000 replicates); p = ½ gives the least (4.6% at f = 0.15)."""
+    α = .05 (review, N = 50, 3,000 replicates). The least shared question is p = ½, where the
+    text-to-text correlation is cos(πf) and two draws share ``1 − cos(πf)·(1 − r)``: the
+    value a3ca453's check bounded (4.6% false accepts at f = 0.15)."""
     if config.text_flip_rate > 0.0:
         return 1.0
     return latent_correlation(config.temperature_scale, temperature)

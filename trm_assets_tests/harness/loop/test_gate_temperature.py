@@ -451,20 +451,17 @@ def test_prompt_sensitivity_that_passes_would_share_is_a_config_error() -> None:
     import math
 
     from trm_assets.llm.sim.decoding import flip_correlation
-    from trm_assets.llm.sim_config import (
-        SimConfig,
-        prompt_draw_correlation,
-        prompt_draw_worst_case,
-    )
+    from trm_assets.llm.sim_config import SimConfig, prompt_draw_worst_case
 
     for f, tau in ((0.05, 0.0), (0.15, 0.0), (0.3, 0.0), (0.15, 0.8), (0.45, 0.0)):
-        r = math.exp(-((1.0 / tau) ** 2)) if tau else 0.0
-        rho = flip_correlation(0.5, f)  # the simulator's own text-to-text correlation at p = ½
         sim = SimConfig(text_flip_rate=f, temperature_scale=tau)
-        assert prompt_draw_correlation(sim, 1.0) == pytest.approx(1.0 - rho * (1.0 - r), abs=1e-9)
-        # the worst case over p is the simulator's: some p near 0 or 1 has no text-to-text
-        # correlation left, and there the text decides every draw
-        assert min(flip_correlation(p / 1000, f) for p in range(1, 1000)) == 0.0
+        # the simulator's own text-to-text correlation: cos(πf) at p = ½ (the first check's
+        # bound) is its largest, the least shared question, not the most
+        rho = [flip_correlation(p / 1000, f) for p in range(1, 1000)]
+        assert rho[499] == pytest.approx(math.cos(math.pi * f), abs=1e-9) and max(rho) == rho[499]
+        # the worst case over p: some p near 0 or 1 has no text-to-text correlation left, and
+        # there the text decides every draw
+        assert min(rho) == 0.0
         assert prompt_draw_worst_case(sim, 1.0) == 1.0
     assert prompt_draw_worst_case(SimConfig(temperature_scale=0.8), 1.0) == pytest.approx(
         math.exp(-((1.0 / 0.8) ** 2))
