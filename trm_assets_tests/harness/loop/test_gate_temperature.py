@@ -491,6 +491,30 @@ def test_the_decoding_probe_refuses_what_the_config_check_refuses() -> None:
     assert not probe(None, None).config_refuses  # a real model
 
 
+def _other_data(cfg: RunConfig, root: Path) -> tuple[Path, Path, Path]:
+    """Data beside ``cfg``'s, under ``root``: a harder simulated world (the same questions,
+    every difficulty + 3), a byte copy of the trees at another path, and the trees with every
+    caption blanked."""
+    import json
+
+    assert cfg.ground_truth is not None
+    world = json.loads(Path(cfg.ground_truth).read_text(encoding="utf-8"))
+    for q in world["questions"].values():
+        q["difficulty"] = q["difficulty"] + 3.0
+    hard = root / "ground_truth_hard.json"
+    hard.write_text(json.dumps(world), encoding="utf-8")
+    same = root / "trees_same"
+    shutil.copytree(cfg.trees, same)
+    edited = root / "trees_edited"
+    shutil.copytree(cfg.trees, edited)
+    for path in sorted(edited.glob("*.json")):
+        tree = json.loads(path.read_text(encoding="utf-8"))
+        for node in tree["nodes"].values():
+            node["caption"] = ""
+        path.write_text(json.dumps(tree), encoding="utf-8")
+    return hard, same, edited
+
+
 def test_temperature_zero_reuse_never_crosses_data(tmp_path: Path) -> None:
     """Review: the reuse key held the prompt and the decoding but not the data a rollout reads.
     Evaluated again over another simulated world file (``ground_truth``) or over edited video
@@ -498,7 +522,6 @@ def test_temperature_zero_reuse_never_crosses_data(tmp_path: Path) -> None:
     another world is rolled out and answers as a fresh workspace does in it; edited trees are
     rolled out; the same trees at another path still reuse (the content is the key, not the
     path). A ``trm eval`` names another run for other data instead of reporting the old one."""
-    import json
 
     from click.testing import CliRunner
 
@@ -513,21 +536,7 @@ def test_temperature_zero_reuse_never_crosses_data(tmp_path: Path) -> None:
         sv, pv = ctx.paths.skills_version, ctx.paths.prompts_version
         home = ctx.data_digest
 
-    assert first.ground_truth is not None
-    world = json.loads(Path(first.ground_truth).read_text(encoding="utf-8"))
-    for q in world["questions"].values():
-        q["difficulty"] = q["difficulty"] + 3.0  # a harder world: the same questions
-    gt = tmp_path / "ground_truth_hard.json"
-    gt.write_text(json.dumps(world), encoding="utf-8")
-    trees = tmp_path / "trees_same"
-    shutil.copytree(first.trees, trees)
-    edited = tmp_path / "trees_edited"
-    shutil.copytree(first.trees, edited)
-    for path in sorted(edited.glob("*.json")):
-        tree = json.loads(path.read_text(encoding="utf-8"))
-        for node in tree["nodes"].values():
-            node["caption"] = ""
-        path.write_text(json.dumps(tree), encoding="utf-8")
+    gt, trees, edited = _other_data(first, tmp_path)
 
     def outcomes(
         cfg: RunConfig, workspace: Path, run_id: str
@@ -573,7 +582,6 @@ def test_gate_baselines_never_cross_data(tmp_path: Path, decoding: tuple[str, ..
     (at temperature 0 too: the cache is read before the same-data reuse). Now a gate over other
     data draws its baselines again; over the same data (at another path, or the world named by
     its sample directory) it is served from the cache."""
-    import json
 
     from trm_assets.harness.loop.gate import validate_candidate_skill
 
@@ -590,21 +598,7 @@ def test_gate_baselines_never_cross_data(tmp_path: Path, decoding: tuple[str, ..
     hits, drawn = gate(first, "t_e0_s1_gate_a")
     assert hits == 0 and drawn > 0  # nothing cached yet: every baseline position drawn
 
-    assert first.ground_truth is not None
-    world = json.loads(Path(first.ground_truth).read_text(encoding="utf-8"))
-    for q in world["questions"].values():
-        q["difficulty"] = q["difficulty"] + 3.0  # a harder world: the same questions
-    gt = tmp_path / "ground_truth_hard.json"
-    gt.write_text(json.dumps(world), encoding="utf-8")
-    edited = tmp_path / "trees_edited"
-    shutil.copytree(first.trees, edited)
-    for path in sorted(edited.glob("*.json")):
-        tree = json.loads(path.read_text(encoding="utf-8"))
-        for node in tree["nodes"].values():
-            node["caption"] = ""
-        path.write_text(json.dumps(tree), encoding="utf-8")
-    same = tmp_path / "trees_same"
-    shutil.copytree(first.trees, same)
+    gt, same, edited = _other_data(first, tmp_path)
 
     hits, drawn = gate(tiny_config(*decoding, f"ground_truth={gt}"), "t_e0_s1_gate_b")
     assert hits == 0 and drawn > 0
@@ -613,6 +607,7 @@ def test_gate_baselines_never_cross_data(tmp_path: Path, decoding: tuple[str, ..
     hits, _ = gate(tiny_config(*decoding, f"trees={same}"), "t_e0_s1_gate_d")
     assert hits > 0  # the same content elsewhere: the first gate's draws are served
     # review: a sample directory as ground_truth (what the provider accepts) crashed the digest
+    assert first.ground_truth is not None
     sample = Path(first.ground_truth).parent
     hits, _ = gate(tiny_config(*decoding, f"ground_truth={sample}"), "t_e0_s1_gate_e")
     assert hits > 0  # the same world file, named by its directory
