@@ -12,9 +12,10 @@ sort by p̂(1−p̂) descending; cold ladder (N = 50 comparison table): one prio
 2 wrong : 1 right over the whole pool (:func:`trm_assets.domain.ladder.cold_order`). Blocks of
 10; fresh draws of both arms for every pass.
 
-Why it is long: the §10 study and §10.2's worst case (its three null families: replayed, nearly
-replayed and text-shifted passes) drive the same kernel through one :func:`run_gate`; split, the
-worst case would import the study's driver back and the two tables could drift apart.
+Why it is long: the §10 study and §10.2's worst case (its four null families: replayed, nearly
+replayed and text-shifted passes, and a ladder read from a text-shifted baseline) drive the same
+kernel through one :func:`run_gate`; split, the worst case would import the study's driver back
+and the two tables could drift apart.
 """
 
 from __future__ import annotations
@@ -301,6 +302,42 @@ TEXT_SHIFT_ROWS: tuple[tuple[str, int, int, float, float], ...] = (
 )
 
 
+# The warm ladder under text shifts (docs/decision-real-endpoint-uniform-order.md): p̂ read from
+# earlier draws of the baseline text (init's, then one per slow update's R); from the third, the
+# [p_low, p_high] filter drops where an easy pool's text did well and keeps where it happened to
+# do worse, and a rewording regresses to the mean there.
+# One pass, fresh draws (a real endpoint's default at T ≥ 1). Appended last.
+LADDER_SHIFT_ROWS: tuple[tuple[str, int, float, float, int, bool], ...] = (
+    # (label, pool N, p, f, observations of the baseline text, the ladder's order)
+    (
+        "text shifts (f = 0.15), every p = 0.85, N = 50, 1 pass, warm ladder of 3 observations",
+        50,
+        0.85,
+        0.15,
+        3,
+        True,
+    ),
+    (
+        "text shifts (f = 0.15), every p = 0.85, N = 50, 1 pass, warm ladder of 6 observations "
+        "(a real endpoint's old plan at T >= 1: an unchanged text after five slow updates)",
+        50,
+        0.85,
+        0.15,
+        6,
+        True,
+    ),
+    (
+        "text shifts (f = 0.15), every p = 0.85, N = 50, 1 uniform pass over the pool "
+        "(a real endpoint's plan now)",
+        50,
+        0.85,
+        0.15,
+        6,
+        False,
+    ),
+)
+
+
 def _row(label: str, alpha: float, replicates: int, accepts: int) -> dict[str, Any]:
     rate = accepts / replicates
     se = math.sqrt(max(rate * (1 - rate), 1e-12) / replicates)
@@ -345,7 +382,47 @@ def worst_case_table(replicates: int, seed: int) -> list[dict[str, Any]]:
     for label, n, passes, p, f in TEXT_SHIFT_ROWS:
         accepts = text_shift_accepts(n, passes, p, f, replicates, rng, params)
         rows.append(_row(label, params.alpha, replicates, accepts))
+    for label, n, p, f, seen, ladder in LADDER_SHIFT_ROWS:
+        accepts = ladder_shift_accepts(n, p, f, seen, ladder, replicates, rng, params)
+        rows.append(_row(label, params.alpha, replicates, accepts))
     return rows
+
+
+def ladder_shift_accepts(
+    n: int,
+    p: float,
+    f: float,
+    seen: int,
+    ladder: bool,
+    replicates: int,
+    rng: np.random.Generator,
+    params: GateParams,
+) -> int:
+    """Accepts in ``replicates`` one-pass gates on a neutral rewording with fresh draws over
+    ``n`` questions of pass rate ``p`` (each text its own per-question shift, ``f``). The ladder
+    folds ``seen`` earlier draws of the baseline text through the real ``update_ladder`` (the
+    first cold, then γ-EMA) and the gate visits its warm order; else the whole pool in a uniform
+    order. A replicate whose warm ladder is empty counts as not accepted."""
+    from statistics import NormalDist
+
+    from trm_assets.domain.ladder import LadderParams, ladder_for, new_ladder, update_ladder
+    from trm_assets.llm.sim.decoding import flip_correlation
+
+    rho, cut = flip_correlation(p, f), NormalDist().inv_cdf(p)
+    qids = [f"q{i}" for i in range(n)]
+    empty = new_ladder(dict.fromkeys(qids, "t"), LadderParams())
+    accepts = 0
+    for _ in range(replicates):
+        text = math.sqrt(1 - rho) * rng.standard_normal((2, 1, n))  # each arm's own shifts
+        earlier = text[0] + math.sqrt(rho) * rng.standard_normal((seen, n)) < cut
+        lad = empty
+        for k in range(seen):
+            lad = update_ladder(lad, f"r{k}", dict(zip(qids, map(bool, earlier[k]), strict=True)))
+        order = ladder_for(lad, "t", warm=True) if ladder else [qids[i] for i in rng.permutation(n)]
+        if order:
+            right = text + math.sqrt(rho) * rng.standard_normal((2, 1, n)) < cut  # the gate's pass
+            accepts += _passes_accepted(gate_plan(list(order), 1, params.block), right, params)
+    return accepts
 
 
 def text_shift_accepts(

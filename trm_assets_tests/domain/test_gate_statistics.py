@@ -174,3 +174,20 @@ def test_text_shifts_at_an_extreme_pass_rate_break_alpha_with_passes() -> None:
     one = text_shift_accepts(50, 1, 0.92, 0.15, reps, np.random.default_rng(8), params)
     assert three / reps > bound + 0.05
     assert one / reps <= bound
+
+
+def test_a_ladder_read_from_a_text_shifted_baseline_breaks_alpha_at_one_pass() -> None:
+    """Why a real endpoint never takes the ladder's order (twenty-fourth session): with text
+    shifts, p̂ read from six earlier draws of the baseline text (the real ``update_ladder`` and
+    ``warm_order``) keeps the questions that text happened to do worse on, and a neutral
+    rewording regresses to the mean there: one pass with fresh draws accepts it far above α
+    (≈ 12% at p = 0.75, f = 0.3). The whole pool in a uniform order stays within α + 2 SE."""
+    from trm_bench.gate import ladder_shift_accepts
+
+    reps = 1000
+    bound = 0.05 + 2 * math.sqrt(0.05 * 0.95 / reps)
+    params = GateParams(mode="hybrid", block=10)
+    ladder = ladder_shift_accepts(50, 0.75, 0.3, 6, True, reps, np.random.default_rng(7), params)
+    uniform = ladder_shift_accepts(50, 0.75, 0.3, 6, False, reps, np.random.default_rng(8), params)
+    assert ladder / reps > bound + 0.04
+    assert uniform / reps <= bound

@@ -142,17 +142,20 @@ class RunConfig(NoBoolNumbers):
     )
     gate_passes: int | None = _field(
         None,
-        f"1..50, or null (1; {SMALL_POOL_PASSES} for pools < {SMALL_POOL} with independent "
-        "draws, gate_fresh_temperature)",
+        f"1..50, or null (1; {SMALL_POOL_PASSES} for pools < {SMALL_POOL} with the simulated "
+        "world's independent draws, gate_fresh_temperature). More than 1 on a real endpoint "
+        "counts draws of one text as independent: set it only where `trm bench decoding` says "
+        "INDEPENDENT",
         ge=1,
         le=50,
     )
     gate_fresh_temperature: float = _field(
         1.0,
         "0 < x <= 2: the lowest agent temperature at which the gate counts two rollouts of one "
-        "prompt as independent draws (repeated passes, the ladder's order); below it a low "
-        "temperature nearly replays the answer, and the gate takes the temperature-0 plan "
-        "(one uniform pass). `trm bench decoding` measures it on the configured model",
+        "prompt as independent draws (repeated passes; with the simulated world the ladder's "
+        "order); below it a low temperature nearly replays the answer, and the gate takes the "
+        "temperature-0 plan (one uniform pass). `trm bench decoding` measures it on the "
+        "configured model",
         gt=0,
         le=2,
     )

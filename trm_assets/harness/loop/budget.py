@@ -122,6 +122,12 @@ def gate_plan_line(cfg: RunConfig) -> str:
             f"{t:g} < gate_fresh_temperature {cfg.gate_fresh_temperature:g}: a low temperature "
             "nearly replays the same answer, so passes would not be independent)"
         )
+    if cfg.llm_provider != "sim":  # gate.SequentialGate: a real model's texts shift answers
+        return (
+            f"{cfg.gate_passes or 1} pass(es) over the validation pool in a seeded uniform order "
+            f"(agent temperature {t:g}: independent draws; a real endpoint never takes the "
+            "ladder's order, which would select on the baseline text's own outcomes)"
+        )
     passes = (
         f"{cfg.gate_passes} pass(es)"
         if cfg.gate_passes is not None

@@ -6,7 +6,8 @@
    read back from there; the dir is removed in ``finally``. What is read back must equal the
    proposed text the candidate block runs with (what runs is what was written) — checked while
    the gate's first barrier is in flight: a difference cancels it before any outcome is used;
-2. the plan — (question, pass) positions of the ladder, fixed before the first block — is cut
+2. the plan — (question, pass) positions in the order the decoding gives (below), fixed before
+   the first block — is cut
    into blocks of ``gate_block``; **per block, strictly in order**:
 
    a. the baseline block comes from the on-disk :class:`BaselineCacheStore` (key: task type,
@@ -45,7 +46,15 @@ order of pool questions is a sample of the question population, so the discordan
 valid for "the candidate is not better on questions like these"). A plan truncated by
 ``gate_max_blocks`` over a *cold* ladder would test only the ladder's biased front (a mean-zero
 heterogeneous edit was accepted 6.2% > α): it visits the same questions in a seeded uniform
-order instead.
+order instead. **A real endpoint never takes the ladder's order** (any temperature): a real model's
+texts have their own per-question effects (prompt sensitivity). From the third observation of an
+unchanged baseline text, the warm filter drops the questions that text did well on, and on an
+easy pool the questions it keeps are the ones it happened to do worse on. A rewording regresses
+to the mean there (a neutral rewording accepted 6.9% at one pass, every p = 0.85, six
+observations: ``trm bench gate --worst-case``). Without the filter, the ladder's order costs the
+same as a uniform one and breaks α in horizon mode and in truncated plans
+(docs/decision-real-endpoint-uniform-order.md). So a real endpoint visits the type's whole pool
+in a seeded uniform order, ``passes`` times.
 
 Why it is long: the block barrier, the baseline cache protocol, the four policies and the evidence
 rows are one procedure (GATE §4.4) that must be read top to bottom; splitting it would scatter the
@@ -261,6 +270,15 @@ class SequentialGate:
                 return GatePlan(positions, "uniform (below gate_fresh_temperature)")
             return GatePlan(positions, "uniform (temperature 0)")
         passes = gate_passes(ctx, req.task_type)
+        if cfg.llm_provider != "sim":
+            # a real model's texts shift single questions' answers: the ladder, read from the
+            # baseline text's own outcomes, would keep where that text did worse than a rewording
+            # of it will (regression to the mean; docs/decision-real-endpoint-uniform-order.md).
+            # Only the simulated world's checked config (no text shifts at fresh temperatures)
+            # lets the ladder order a gate.
+            order = _uniform(ctx, req, req.pool_qids, "real endpoint")
+            positions = gate_plan(order, passes, cfg.gate_block, cfg.gate_max_blocks)
+            return GatePlan(positions, "uniform (real endpoint)")
         full = gate_plan(req.ladder_qids, passes, cfg.gate_block)
         positions = gate_plan(req.ladder_qids, passes, cfg.gate_block, cfg.gate_max_blocks)
         # a cold ladder's front (2 wrong : 1 right) is a biased sample: a plan that tests only

@@ -4,8 +4,9 @@
   outcomes to a second pass, so ``gate_passes > 1`` is a config error and the plan has one pass;
 * at temperature 0 the plan is a seeded uniform order of the type's pool (never the ladder, whose
   order is built from the same deterministic baseline outcomes);
-* with fresh draws the ladder is cycled ``passes`` times; a truncated plan over a cold ladder is
-  visited in a uniform order.
+* with fresh draws the simulated world's ladder is cycled ``passes`` times; a truncated plan over a
+  cold ladder is visited in a uniform order; a real endpoint visits the whole pool in a uniform
+  order (its texts shift single answers: docs/decision-real-endpoint-uniform-order.md).
 """
 
 from __future__ import annotations
@@ -171,6 +172,41 @@ def test_horizon_on_a_cold_ladder_goes_uniform(tmp_path: Path) -> None:
         warm = SequentialGate().plan(ctx, replace(req, ladder_warm=True))
         assert warm.order == "ladder-warm"
         assert warm.positions == tuple((q, rep) for rep in (0, 1) for q in req.ladder_qids)
+
+
+@pytest.mark.parametrize("passes", ["null", "2"])
+def test_a_real_endpoint_visits_the_whole_pool_in_a_uniform_order(
+    tmp_path: Path, passes: str
+) -> None:
+    """A real model's texts shift single answers: a ladder read from the baseline text's own
+    outcomes keeps where it did worse, and any rewording wins there (test_gate_statistics). A real
+    endpoint at an independent-draw temperature visits the type's whole pool (not the ladder's
+    filtered questions) in a seeded uniform order, ``passes`` times, warm or cold; the simulated
+    world keeps the ladder (its checked config has no text shifts at fresh temperatures)."""
+    overrides = ("agent_temperature=1.0", f"gate_passes={passes}", "gate_block=2", "val_size=72")
+    real = tiny_config(*overrides, "llm_provider=openai")
+    ws = new_workspace(tmp_path / "ws", real)
+    sim = build_providers(tiny_config(*overrides).provider_spec())  # plan() rolls nothing out
+    with loop_context(ws, real, sim) as ctx:
+        tt = _biggest(ctx)
+        req = _request(ctx, tt)
+        case_pack = req.pool_qids[:2]  # the step excluded them from both (step.py)
+        req = replace(req, pool_qids=req.pool_qids[2:], ladder_qids=req.ladder_qids[:2])
+        k = 1 if passes == "null" else 2
+        plans = [SequentialGate().plan(ctx, replace(req, ladder_warm=w)) for w in (False, True)]
+        for plan in plans:
+            assert plan.order == "uniform (real endpoint)"
+            order = [q for q, _ in plan.positions[: len(req.pool_qids)]]
+            assert sorted(order) == sorted(req.pool_qids) and len(req.pool_qids) > 2
+            assert not set(case_pack) & {q for q, _ in plan.positions}
+            assert order not in (list(req.pool_qids), sorted(req.pool_qids))
+            assert plan.positions == tuple((q, rep) for rep in range(k) for q in order)
+        assert plans[0] == plans[1] == SequentialGate().plan(ctx, req)  # seeded, not by p̂
+        assert SequentialGate().plan(ctx, replace(req, step=2)) != plans[0]
+    cfg = tiny_config(*overrides)
+    with loop_context(new_workspace(tmp_path / "sim", cfg), cfg, sim) as ctx:
+        req = _request(ctx, _biggest(ctx), warm=True)
+        assert SequentialGate().plan(ctx, req).order == "ladder-warm"
 
 
 @pytest.mark.parametrize(

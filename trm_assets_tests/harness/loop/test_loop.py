@@ -728,7 +728,8 @@ def test_dry_run_warns_when_no_gate_can_accept() -> None:
 
 def test_dry_run_says_what_a_gate_visits_at_each_decoding() -> None:
     """The estimate's gate maximum is the plan the decoding gives (gate.SequentialGate): three
-    passes with independent draws, one pass at temperature 0 and below gate_fresh_temperature."""
+    passes with independent draws, one pass at temperature 0 and below gate_fresh_temperature, and
+    a real endpoint's uniform order over the whole pool."""
     ds = load_dataset(tiny_config(), with_trees=False)
     cases = {
         ("agent_temperature=1", "gate_passes=3"): ("the information ladder, 3 pass(es)", 3),
@@ -740,6 +741,14 @@ def test_dry_run_says_what_a_gate_visits_at_each_decoding() -> None:
             "gate_passes=3",
             "gate_fresh_temperature=0.3",
         ): ("the information ladder, 3 pass(es) (agent temperature 0.3: independent", 3),
+        ("agent_temperature=1", "gate_passes=null", "llm_provider=openai"): (
+            "1 pass(es) over the validation pool in a seeded uniform order (agent temperature 1",
+            1,
+        ),
+        ("agent_temperature=1", "gate_passes=2", "llm_provider=openai"): (
+            "2 pass(es) over the validation pool in a seeded uniform order",
+            2,
+        ),
     }
     for overrides, (says, passes) in cases.items():
         cfg = tiny_config(*overrides, "gate_block=1")
