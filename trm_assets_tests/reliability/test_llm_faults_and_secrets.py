@@ -191,3 +191,35 @@ def test_api_key_never_written_anywhere(fault_run: FaultRun) -> None:
     # the server logged every request (--log-requests) without its Authorization header
     served = fault_run.logs[0].read_text(encoding="utf-8")
     assert "chat/completions" in served and "Bearer" not in served
+
+
+def test_a_real_endpoints_gates_visit_the_pool_in_a_uniform_order(fault_run: FaultRun) -> None:
+    """A real endpoint at temperature 1 never takes the ladder's order (its texts shift single
+    answers: docs/decision-real-endpoint-uniform-order.md): every gate of the loop records the
+    uniform plan and visits only its type's validation questions, one order cycled pass after
+    pass (TINY's ``gate_passes=4``), each (question, pass) once."""
+    from trm_assets.domain.pools import pools_from_dict
+
+    ws = fault_run.workspace
+    pools = pools_from_dict(json.loads((ws / "pools.json").read_text(encoding="utf-8")))
+    validation = set(pools.validation)
+    gated = _rows(
+        ws, "SELECT gate_run_id, gate_order FROM step_report WHERE gate_run_id IS NOT NULL"
+    )
+    assert gated and {r["gate_order"] for r in gated} == {"uniform (real endpoint)"}
+    visited = _rows(
+        ws,
+        "SELECT gate_run_id, question_id, replicate FROM gate_evidence "
+        "WHERE row_kind = 'question' ORDER BY gate_run_id, position",
+    )
+    assert {r["gate_run_id"] for r in visited} <= {r["gate_run_id"] for r in gated}
+    per_gate: dict[str, list[tuple[str, int]]] = {}
+    for r in visited:
+        assert r["question_id"] in validation, r
+        per_gate.setdefault(r["gate_run_id"], []).append((r["question_id"], r["replicate"]))
+    assert per_gate
+    for gate, positions in per_gate.items():
+        order = [q for q, rep in positions if rep == 0]
+        assert len(order) == len(set(order)), gate
+        cycled = [(q, rep) for rep in range(4) for q in order][: len(positions)]
+        assert positions == cycled, gate

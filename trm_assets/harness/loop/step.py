@@ -460,6 +460,7 @@ def _step_row(epoch: int, step: int, r: SkillGateReport, budget: int) -> dict[st
         "candidate_rollouts": o.candidate_rollouts if o else None,
         "baseline_rollouts": o.baseline_rollouts if o else None,
         "cache_hits": o.cache_hits if o else None,
+        "gate_order": o.order if o else None,
         "edit_budget": budget,
         "n_edits": r.n_edits,
         "n_applied": r.n_applied,

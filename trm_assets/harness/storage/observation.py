@@ -104,9 +104,12 @@ OBS_TABLES: Final[tuple[str, ...]] = tuple(OBS_DDL)
 #: an older run log up to date): ``epoch_report``'s ``val_accuracy`` is the accuracy of the
 #: pair ``val_run_id`` evaluated, which is not the row's ``skills_version`` / ``prompts_version``
 #: (the current pair at the end of the epoch, whose accuracy ``test_accuracy`` is).
+#: ``step_report``'s ``gate_order`` is how the gate's plan was ordered (``GatePlan.order``: e.g.
+#: ``ladder-warm``, ``uniform (temperature 0)``, ``uniform (real endpoint)``); NULL before it.
 _ADDED_COLUMNS: Final[tuple[tuple[str, str, str], ...]] = (
     ("epoch_report", "val_skills_version", "VARCHAR"),
     ("epoch_report", "val_prompts_version", "VARCHAR"),
+    ("step_report", "gate_order", "VARCHAR"),
 )
 
 
