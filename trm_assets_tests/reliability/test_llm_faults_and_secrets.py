@@ -195,31 +195,40 @@ def test_api_key_never_written_anywhere(fault_run: FaultRun) -> None:
 
 def test_a_real_endpoints_gates_visit_the_pool_in_a_uniform_order(fault_run: FaultRun) -> None:
     """A real endpoint at temperature 1 never takes the ladder's order (its texts shift single
-    answers: docs/decision-real-endpoint-uniform-order.md): every gate of the loop records the
-    uniform plan and visits only its type's validation questions, one order cycled pass after
-    pass (TINY's ``gate_passes=4``), each (question, pass) once."""
+    answers: docs/decision-real-endpoint-uniform-order.md). Every gate of the loop records the
+    uniform plan, and the positions it visited are the seeded permutation of its type's
+    validation pool, cycled pass after pass, as computed here from the seed (the step's case pack
+    holds diagnosis questions, so the whole pool). The pools are small (2 per type), so the
+    plan-level test in test_gate_temperature is where the order is told from the ladder's."""
     from trm_assets.domain.pools import pools_from_dict
+    from trm_assets.harness.data.dataset import load_dataset
+    from trm_assets.harness.data.rng import rng_for
+    from trm_assets.harness.loop.gate import passes_for
 
-    ws = fault_run.workspace
+    ws, cfg = fault_run.workspace, tiny_config(*DRILL)
     pools = pools_from_dict(json.loads((ws / "pools.json").read_text(encoding="utf-8")))
-    validation = set(pools.validation)
+    task = {q.question_id: q.task_type for q in load_dataset(cfg, with_trees=False).questions}
     gated = _rows(
-        ws, "SELECT gate_run_id, gate_order FROM step_report WHERE gate_run_id IS NOT NULL"
+        ws,
+        "SELECT epoch, step, skill_file, task_type, gate_run_id, gate_order FROM step_report "
+        "WHERE gate_run_id IS NOT NULL",
     )
     assert gated and {r["gate_order"] for r in gated} == {"uniform (real endpoint)"}
-    visited = _rows(
-        ws,
-        "SELECT gate_run_id, question_id, replicate FROM gate_evidence "
-        "WHERE row_kind = 'question' ORDER BY gate_run_id, position",
-    )
-    assert {r["gate_run_id"] for r in visited} <= {r["gate_run_id"] for r in gated}
-    per_gate: dict[str, list[tuple[str, int]]] = {}
-    for r in visited:
-        assert r["question_id"] in validation, r
-        per_gate.setdefault(r["gate_run_id"], []).append((r["question_id"], r["replicate"]))
-    assert per_gate
-    for gate, positions in per_gate.items():
-        order = [q for q, rep in positions if rep == 0]
-        assert len(order) == len(set(order)), gate
-        cycled = [(q, rep) for rep in range(4) for q in order][: len(positions)]
-        assert positions == cycled, gate
+    checked = 0
+    for g in gated:
+        visited = [
+            (str(r["question_id"]), int(r["replicate"]))
+            for r in _rows(
+                ws,
+                "SELECT question_id, replicate FROM gate_evidence WHERE row_kind = 'question' "
+                f"AND gate_run_id = '{g['gate_run_id']}' ORDER BY position",
+            )
+        ]
+        pool = sorted(q for q in pools.validation if task[q] == g["task_type"])
+        key = (g["epoch"], g["step"], g["skill_file"])
+        rng = rng_for(cfg.seed, "gate_order", "real endpoint", *key)
+        order = [pool[i] for i in rng.permutation(len(pool))]
+        plan = [(q, rep) for rep in range(passes_for(cfg, len(pool))) for q in order]
+        assert visited == plan[: len(visited)] and visited, g
+        checked += 1
+    assert checked == len(gated)

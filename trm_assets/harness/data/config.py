@@ -159,7 +159,9 @@ class RunConfig(NoBoolNumbers):
         gt=0,
         le=2,
     )
-    gate_max_blocks: int | None = _field(None, ">= 1, or null (ceil(ladder·passes/block))", ge=1)
+    gate_max_blocks: int | None = _field(
+        None, ">= 1, or null (ceil(questions·passes/block): the ladder's, or the pool's)", ge=1
+    )
     gate_infra_max_rate: float = _field(0.2, "0 < x < 1", gt=0, lt=1)
     gate_infra_min_denominator: int = _field(10, ">= 10", ge=10)
     gate_grid_k: int = _field(20, "5..200", ge=5, le=200)

@@ -15,7 +15,7 @@
       the misses are rolled out, their outcomes are **written to disk before memory**; infra
       failures are retried once and never cached;
    b. the **whole** candidate block is rolled out (fresh draws: a new run id per gate);
-   c. :func:`~trm_assets.domain.gate.pair_block` (ladder order, candidate infra imputed as wrong,
+   c. :func:`~trm_assets.domain.gate.pair_block` (plan order, candidate infra imputed as wrong,
       baseline infra dropped) and :func:`~trm_assets.domain.gate.gate_decision` (INFRA guard
       first, then the e-process/SPRT/sign-test rules) — the last block's decision is final;
    d. one ``gate_evidence`` row per question plus one per block, and ``quadrant_pair`` rows.
@@ -395,10 +395,14 @@ async def validate_candidate_skill(
     plan = gate_plan_.positions
     if gp.accepts_without_rollouts:
         return ValidationOutcome(
-            "accept", Verdict.ACCEPT.value, policy, req.gate_run_id, None, 0, 0, 0, 0, {}
-        )
+            "accept", Verdict.ACCEPT.value, policy, req.gate_run_id, None, 0, 0, 0, 0, {},
+            order=gate_plan_.order,
+        )  # fmt: skip
     if not plan:
-        return ValidationOutcome("abort", NO_LADDER, policy, req.gate_run_id, None, 0, 0, 0, 0, {})
+        return ValidationOutcome(
+            "abort", NO_LADDER, policy, req.gate_run_id, None, 0, 0, 0, 0, {},
+            order=gate_plan_.order,
+        )  # fmt: skip
     params = params if params is not None else ctx.gate_params()
     if gate_plan_.one_block:  # one block: the kernel's INFRA guard and evidence, no early stop
         params = replace(params, block=len(plan))

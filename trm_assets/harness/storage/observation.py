@@ -83,7 +83,7 @@ OBS_DDL: Final[dict[str, str]] = {
             gate_run_id VARCHAR, wins INTEGER, losses INTEGER, blocks INTEGER,
             candidate_rollouts INTEGER, baseline_rollouts INTEGER, cache_hits INTEGER,
             edit_budget INTEGER, n_edits INTEGER, n_applied INTEGER,
-            new_skills_version VARCHAR, detail VARCHAR,
+            new_skills_version VARCHAR, detail VARCHAR, gate_order VARCHAR,
             PRIMARY KEY (epoch, step, skill_file)
         )""",
     "epoch_report": """

@@ -133,6 +133,26 @@ def test_a_replayed_pass_adds_no_evidence(tmp_path: Path) -> None:
         assert other.positions != plan.positions  # another gate, another order
 
 
+def test_every_outcome_carries_its_plans_order(tmp_path: Path) -> None:
+    """``step_report.gate_order`` is the plan's label also where the gate returns before any
+    rollout (review: ``accept_all`` and an empty plan wrote '')."""
+    from trm_assets.harness.loop.gate import NO_LADDER, validate_candidate_skill
+
+    for policy, empty, action, order in (
+        ("accept_all", False, "accept", "none"),
+        ("ce_gate", True, "abort", "ladder-cold"),
+    ):
+        cfg = tiny_config("agent_temperature=1.0", f"gate_policy={policy}")
+        ws = new_workspace(tmp_path / policy, cfg)
+        with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+            req = _request(ctx, _biggest(ctx))
+            if empty:
+                req = replace(req, ladder_qids=(), pool_qids=())
+            out = asyncio.run(validate_candidate_skill(ctx, req))
+            assert (out.action, out.order) == (action, order)
+            assert out.verdict == (NO_LADDER if empty else "ACCEPT")
+
+
 def test_fresh_draws_cycle_the_ladder_and_truncated_cold_plans_go_uniform(tmp_path: Path) -> None:
     cfg = tiny_config("agent_temperature=1.0", "gate_passes=2", "gate_block=2")
     ws = new_workspace(tmp_path / "ws", cfg)

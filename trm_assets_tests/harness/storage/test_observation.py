@@ -169,3 +169,24 @@ def test_an_older_run_log_gets_the_columns_added_since(tmp_path: Path) -> None:
         (1, "v2", "v1"),
     ]
     assert got[0]["val_accuracy"] == 0.5
+
+
+def test_an_older_step_report_gets_gate_order(tmp_path: Path) -> None:
+    """`step_report` gained how each gate's plan was ordered: a run log written before keeps its
+    rows (NULL: not recorded), and a resumed run writes the label into the same table."""
+    db = tmp_path / "runs.duckdb"
+    old_ddl = obs.OBS_DDL["step_report"].replace(" gate_order VARCHAR,", "")
+    assert old_ddl != obs.OBS_DDL["step_report"]
+    with RunLog.open(db) as log, log.transaction() as con:
+        con.execute(old_ddl)
+        con.execute(
+            "INSERT INTO step_report (epoch, step, skill_file, action) VALUES (0, 0, 'a.md', 'x')"
+        )
+    with RunLog.open(db) as log:
+        row = {"epoch": 0, "step": 1, "skill_file": "a.md", "action": "reject"}
+        write_rows(log, "step_report", [{**row, "gate_order": "uniform (real endpoint)"}])
+    got = sorted(read_rows(db, "step_report"), key=lambda r: r["step"])
+    assert [(r["step"], r["gate_order"]) for r in got] == [
+        (0, None),
+        (1, "uniform (real endpoint)"),
+    ]
