@@ -184,6 +184,15 @@ def estimate(cfg: RunConfig, questions: tuple[Question, ...], pools: Pools) -> B
             f"{len(unreachable)} task type(s) can never be accepted by the gate (validation pool "
             f"too small for the block/pass settings): {', '.join(unreachable)}"
         )
+    passes = passes_for(cfg, 0)  # a real endpoint's passes do not depend on the pool's size
+    if cfg.gate_policy == "ce_gate" and cfg.llm_provider != "sim" and passes > 1:
+        warnings.append(
+            f"gate_passes: {passes} on a real endpoint counts {passes} draws of one prompt as "
+            "independent evidence, but a prompt-sensitive model gives every draw of a text the "
+            "same per-question lean (a neutral rewording was accepted 13.5% with three passes "
+            "at p = 0.92: `trm bench gate --worst-case`); keep it only if `trm bench decoding` "
+            f"at agent temperature {cfg.effective_agent_temperature():g} says INDEPENDENT"
+        )
     return BudgetEstimate(
         init=len(pools.validation),
         per_epoch=per_epoch,

@@ -755,6 +755,11 @@ def test_dry_run_says_what_a_gate_visits_at_each_decoding() -> None:
         pools = build_pools(cfg, ds.questions)
         est = estimate(cfg, ds.questions, pools)
         assert says in est.gate_plan, (overrides, est.gate_plan)
+        # several passes on a real endpoint count draws of one text as independent: the dry run
+        # says so (the simulated world's config check covers its own)
+        warned = [w for w in est.warnings if "on a real endpoint counts" in w]
+        real_passes = "llm_provider=openai" in overrides and passes > 1
+        assert len(warned) == int(real_passes), (overrides, est.warnings)
         by_type = Counter(ds.by_id()[q].task_type for q in pools.validation)
         assert est.d_max == {t: n * passes for t, n in sorted(by_type.items())}, overrides
 
