@@ -403,24 +403,21 @@ def ladder_shift_accepts(
     folds ``seen`` earlier draws of the baseline text through the real ``update_ladder`` (the
     first cold, then γ-EMA) and the gate visits its warm order; else the whole pool in a uniform
     order. A replicate whose warm ladder is empty counts as not accepted."""
-    from statistics import NormalDist
-
     from trm_assets.domain.ladder import LadderParams, ladder_for, new_ladder, update_ladder
-    from trm_assets.llm.sim.decoding import flip_correlation
 
-    rho, cut = flip_correlation(p, f), NormalDist().inv_cdf(p)
+    (text_w, fresh_w), cut = _text_shift_model(p, f)
     qids = [f"q{i}" for i in range(n)]
     empty = new_ladder(dict.fromkeys(qids, "t"), LadderParams())
     accepts = 0
     for _ in range(replicates):
-        text = math.sqrt(1 - rho) * rng.standard_normal((2, 1, n))  # each arm's own shifts
-        earlier = text[0] + math.sqrt(rho) * rng.standard_normal((seen, n)) < cut
+        text = text_w * rng.standard_normal((2, 1, n))  # each arm's own shifts
+        earlier = text[0] + fresh_w * rng.standard_normal((seen, n)) < cut
         lad = empty
         for k in range(seen):
             lad = update_ladder(lad, f"r{k}", dict(zip(qids, map(bool, earlier[k]), strict=True)))
         order = ladder_for(lad, "t", warm=True) if ladder else [qids[i] for i in rng.permutation(n)]
         if order:
-            right = text + math.sqrt(rho) * rng.standard_normal((2, 1, n)) < cut  # the gate's pass
+            right = text + fresh_w * rng.standard_normal((2, 1, n)) < cut  # the gate's pass
             accepts += _passes_accepted(gate_plan(list(order), 1, params.block), right, params)
     return accepts
 
@@ -437,13 +434,19 @@ def text_shift_accepts(
     """Accepts in ``replicates`` gates over ``n`` questions of pass rate ``p`` on a neutral
     rewording (each arm's text its own per-question shift, ``sim.text_flip_rate`` ``f``), with
     fresh draws per pass (above): the near-replay model with the text as its fixed part."""
+    weights, cut = _text_shift_model(p, f)
+    return _fixed_part_accepts(n, passes, weights, cut, replicates, rng, params)
+
+
+def _text_shift_model(p: float, f: float) -> tuple[tuple[float, float], float]:
+    """The simulator's draw at pass rate ``p`` with ``text_flip_rate`` ``f`` (above): the weights
+    of the text's own part and of the fresh part, and the cut the latent is right below."""
     from statistics import NormalDist
 
     from trm_assets.llm.sim.decoding import flip_correlation
 
     rho = flip_correlation(p, f)
-    weights = (math.sqrt(1 - rho), math.sqrt(rho))  # the text's part, the fresh part
-    return _fixed_part_accepts(n, passes, weights, NormalDist().inv_cdf(p), replicates, rng, params)
+    return (math.sqrt(1 - rho), math.sqrt(rho)), NormalDist().inv_cdf(p)
 
 
 def near_replay_accepts(

@@ -124,7 +124,7 @@ def gate_plan_line(cfg: RunConfig) -> str:
         )
     if cfg.llm_provider != "sim":  # gate.SequentialGate: a real model's texts shift answers
         return (
-            f"{cfg.gate_passes or 1} pass(es) over the validation pool in a seeded uniform order "
+            f"{passes_for(cfg, 0)} pass(es) over the validation pool in a seeded uniform order "
             f"(agent temperature {t:g}: independent draws; a real endpoint never takes the "
             "ladder's order, which would select on the baseline text's own outcomes)"
         )
@@ -184,7 +184,7 @@ def estimate(cfg: RunConfig, questions: tuple[Question, ...], pools: Pools) -> B
             f"{len(unreachable)} task type(s) can never be accepted by the gate (validation pool "
             f"too small for the block/pass settings): {', '.join(unreachable)}"
         )
-    passes = passes_for(cfg, 0)  # a real endpoint's passes do not depend on the pool's size
+    passes = passes_for(cfg, 0)  # a real endpoint's do not depend on the pool's size
     if cfg.gate_policy == "ce_gate" and cfg.llm_provider != "sim" and passes > 1:
         warnings.append(
             f"gate_passes: {passes} on a real endpoint counts {passes} draws of one prompt as "
