@@ -12,7 +12,7 @@ No ``from __future__ import annotations`` in the Dagster layer: dagster inspects
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import dagster as dg
 
@@ -159,20 +159,39 @@ def epoch_bounds(scope: Scope, epoch: int) -> tuple[str, str] | None:
     return None
 
 
+def _checked_bounds(scope: Scope, epoch: int) -> tuple[str, str] | None:
+    try:
+        return epoch_bounds(scope, epoch)
+    except TrmError as e:  # an unreadable checkpoint: the message, not a traceback
+        raise dg.Failure(description=str(e), allow_retries=False) from None
+
+
 def refuse_or_skip(context: dg.OpExecutionContext, scope: Scope, epoch: int) -> bool:
     """True when the epoch run must do nothing (queued after an early stop); raises a Failure
     naming the config key for an epoch past the configured ones, removing the partition a user
     added for it when nothing was ever materialized there (no junk partition)."""
-    try:
-        bounds = epoch_bounds(scope, epoch)
-    except TrmError as e:  # an unreadable checkpoint: the message, not a traceback
-        raise dg.Failure(description=str(e), allow_retries=False) from None
+    bounds = _checked_bounds(scope, epoch)
     if bounds is None:
         return False
     kind, message = bounds
     if kind == "stopped" and context.run.tags.get(AFTER_STOP_TAG) == "skip":
         context.log.info(message)
         return True
+    refuse(context, scope, epoch, message)
+
+
+def refuse_past(context: dg.OpExecutionContext, scope: Scope, epoch: int) -> None:
+    """A step of an epoch the config does not train (the UI's `e<N>|s<M>` past the last epoch):
+    the epoch run's failure, word for word, and no junk partition. A step after an early stop or
+    a budget stop is left to :func:`never_ran`, which names the step."""
+    bounds = _checked_bounds(scope, epoch)
+    if bounds is not None and bounds[0] == "past":
+        refuse(context, scope, epoch, bounds[1])
+
+
+def refuse(context: dg.OpExecutionContext, scope: Scope, epoch: int, message: str) -> NoReturn:
+    """Fail with ``message``, removing the epoch partition a user added when nothing was ever
+    materialized there."""
     key = epoch_key(epoch)
     records = context.instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=scope.keys.epoch_eval, asset_partitions=[key]), limit=1

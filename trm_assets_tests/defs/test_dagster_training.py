@@ -583,6 +583,17 @@ def test_slow_update_job_in_process_then_an_epoch_past_the_last(
         assert "raise `epochs` to at least 2" in text and str(trained.small_config) in text
         assert "Traceback" not in text and "LookupError" not in text
         assert instance.get_dynamic_partitions(f"{exp.name}__epochs") == ["e0"]  # no junk
+        # the same journey through a step of e1 (`gate_step e1|s0`; contract audit): it said
+        # "never ran: training stopped before it (early stop)" and kept the partition
+        instance.add_dynamic_partitions(f"{exp.name}__epochs", ["e1"])
+        step_job = ex.defs.resolve_job_def(f"{exp.name}__gate_step")
+        lone = step_job.execute_in_process(
+            instance=instance, partition_key=epoch_step_key(1, 0), raise_on_error=False
+        )
+        assert not lone.success
+        said = failure_text(lone)
+        assert said == text, said  # the epoch job's message, word for word
+        assert instance.get_dynamic_partitions(f"{exp.name}__epochs") == ["e0"]  # no junk
     state = json.loads((exp.workspace_dir() / "state.json").read_text())
     assert state["epoch"] == 1 and not state["finalized"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import dagster as dg
 
-from trm_assets.defs.ops import begin_epoch_op, never_ran, run_unit_here, step_op
+from trm_assets.defs.ops import begin_epoch_op, never_ran, refuse_past, run_unit_here, step_op
 from trm_assets.defs.partitions import epoch_step_of
 from trm_assets.defs.recording import Event, Scope, baseline_cache_metadata
 from trm_assets.harness.loop.plan import Action
@@ -91,6 +91,7 @@ def step_results_asset(scope: Scope) -> dg.AssetsDefinition:
                 f"(`steps_per_epoch: {steps}`: s0 … s{steps - 1}); nothing to materialize",
                 allow_retries=False,
             )
+        refuse_past(context.op_execution_context, scope, epoch)
         action = Action("step", epoch, step)
         ran = run_unit_here(context.op_execution_context, scope, action)
         why = None if ran else never_ran(scope, action)
