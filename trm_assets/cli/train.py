@@ -7,27 +7,33 @@ left off.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from trm_assets.cli.support import WORKSPACE_OPTION, fail_on_trm_error
 from trm_assets.domain.errors import TrmError
 
+if TYPE_CHECKING:
+    from trm_assets.cli.terminal import Terminal
+
 _SET = click.option(
     "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a setting."
 )
 
 
-def progress_reporter() -> Any:
-    """Progress lines inside long barriers on stderr-free stdout: every ``TRM_PROGRESS_EVERY_S``
-    seconds (default 10; issue 17.4)."""
+def progress_reporter(term: Terminal | None = None) -> Any:
+    """Progress inside long barriers on stdout (issue 17.4): a bar rewritten in place when
+    ``term`` is a TTY, else a line every ``TRM_PROGRESS_EVERY_S`` seconds (default 10)."""
     import os
 
-    from trm_assets.harness.loop.progress import ProgressReporter, progress_every_s
+    from trm_assets.harness.loop.progress import PROGRESS_MARK, ProgressReporter, progress_every_s
 
     every = progress_every_s(os.environ)
-    return ProgressReporter(lambda line: click.echo(f"  … {line}"), every_s=every)
+    if term is not None and term.tty:
+        return ProgressReporter(lambda _line: None, every_s=every, live=term.progress)
+    say = click.echo if term is None else term.echo
+    return ProgressReporter(lambda line: say(f"  {PROGRESS_MARK}{line}"), every_s=every)
 
 
 def _config(workspace: Path, config_path: Path | None, overrides: tuple[str, ...]) -> Any:
@@ -120,26 +126,29 @@ def train_cmd(
                 _settle_dagster(workspace, config_path, (*overrides, *extra))
             click.echo(f"{done}; report: trm report --workspace {workspace}")
             return
-        progress_reporter()  # a bad TRM_PROGRESS_EVERY_S is an error on either path
-        click.echo(f"training {workspace} with {config_path} ({label}, {cfg.epochs} epoch(s))")
+        from trm_assets.cli.terminal import Terminal
+
+        term = Terminal()
+        progress_reporter(term)  # a bad TRM_PROGRESS_EVERY_S is an error on either path
+        term.echo(f"training {workspace} with {config_path} ({label}, {cfg.epochs} epoch(s))")
         if not no_dagster:
-            _train_through_dagster(workspace, config_path, (*overrides, *extra))
+            _train_through_dagster(workspace, config_path, (*overrides, *extra), term)
             return
-        _train_in_process(workspace, cfg, resume)
+        _train_in_process(workspace, cfg, resume, term)
 
 
-def _train_in_process(workspace: Path, cfg: Any, resume: bool) -> None:
+def _train_in_process(workspace: Path, cfg: Any, resume: bool, term: Terminal) -> None:
     from trm_assets.harness.loop.context import loop_context
     from trm_assets.harness.loop.runner import current_action, train
     from trm_assets.llm.factory import build_providers
 
     with loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as ctx:
-        ctx.observers = (progress_reporter(),)
+        ctx.observers = (progress_reporter(term),)
         first = current_action(ctx)
         if resume and first.kind != "init":
-            click.echo(f"resuming at {first.describe()}")
+            term.echo(f"resuming at {first.describe()}")
         try:
-            summary = train(ctx, echo=click.echo)
+            summary = train(ctx, echo=term.echo)
         except KeyboardInterrupt:  # as through Dagster: say so, exit like Ctrl-C (not "Aborted!")
             try:
                 during = f" during {current_action(ctx).describe()}"  # not checkpointed
@@ -155,7 +164,9 @@ def _train_in_process(workspace: Path, cfg: Any, resume: bool) -> None:
     click.echo(f"report: trm report --workspace {workspace}")
 
 
-def _train_through_dagster(workspace: Path, config_path: Path, overrides: tuple[str, ...]) -> None:
+def _train_through_dagster(
+    workspace: Path, config_path: Path, overrides: tuple[str, ...], term: Terminal
+) -> None:
     """Every unit as a Dagster run in the project's instance (visible in `make ui`)."""
     import dagster as dg
 
@@ -163,13 +174,13 @@ def _train_through_dagster(workspace: Path, config_path: Path, overrides: tuple[
     from trm_assets.defs.resources import TrmResource
 
     home = ensure_dagster_home()
-    click.echo(f"dagster instance: {home} (each unit of work is a Dagster run)")
+    term.echo(f"dagster instance: {home} (each unit of work is a Dagster run)")
     trm = TrmResource(
         workspace=str(workspace), config_path=str(config_path), overrides=list(overrides)
     )
     with dg.DagsterInstance.get() as instance:
         try:
-            summary = drive(trm, instance, echo=click.echo)
+            summary = drive(trm, instance, echo=term.echo, live=term.progress if term.tty else None)
         except TrainingInterrupted as e:  # not an error to fix: say so, exit like Ctrl-C
             click.echo(str(e), err=True)
             raise click.exceptions.Exit(130) from None
@@ -226,6 +237,7 @@ def eval_cmd(
     """Evaluate a stored skills version on a pool; prints the run id to promote."""
     import asyncio
 
+    from trm_assets.cli.terminal import Terminal
     from trm_assets.harness.loop.context import loop_context
     from trm_assets.harness.loop.step import evaluate
     from trm_assets.harness.storage.lock import workspace_lock
@@ -238,7 +250,7 @@ def eval_cmd(
         workspace_lock(workspace, command="trm eval"),
         loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as ctx,
     ):
-        ctx.observers = (progress_reporter(),)
+        ctx.observers = (progress_reporter(Terminal()),)
         pv = prompts_version or ctx.paths.prompts_version
         ctx.skills(version)  # a missing version fails before any rollout
         base = f"eval_{version}_{pv}_{pool}"

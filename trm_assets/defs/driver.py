@@ -29,6 +29,7 @@ from trm_assets.defs.resources import LLMResource, llm_resources
 from trm_assets.defs.sensors import HOST_TAG, PID_TAG, UNIT_TAG, dagster_unit, fail_lost_runs
 from trm_assets.domain.errors import TrmError
 from trm_assets.harness.loop.plan import N_SLOW_STEPS, Action
+from trm_assets.harness.loop.progress import PROGRESS_MARK, LiveProgress
 from trm_assets.harness.loop.units import status_against, unit_key
 from trm_assets.harness.reports.lineage import load_state_dict
 from trm_assets.harness.storage.workspace import RUN_BASE, manifest_path, read_manifest
@@ -216,8 +217,10 @@ def drive(
     echo: Echo | None = None,
     max_runs: int | None = None,
     resources: Mapping[str, LLMResource] | None = None,
+    live: LiveProgress | None = None,
 ) -> DriveSummary:
-    """Execute units until the planner says ``done`` (or ``max_runs``)."""
+    """Execute units until the planner says ``done`` (or ``max_runs``). ``live``: a terminal's
+    progress bar, drawn while a unit runs in place of the periodic progress lines."""
     say = echo or (lambda _m: None)
     exp = register_in(instance, trm)
     _, lost = fail_lost_runs(instance, exp.name)
@@ -233,16 +236,16 @@ def drive(
         unit = dagster_unit(action)
         t0 = time.monotonic()
         shown: list[str] = []  # said while the run ran (ops.LIVE_ECHO), not again after it
-        ops.LIVE_ECHO = _live(shown, say)
+        ops.LIVE_ECHO, ops.LIVE_PROGRESS = _live(shown, say), live
         try:
             run_id = executor.execute(action)
         finally:
-            ops.LIVE_ECHO = None
+            ops.LIVE_ECHO = ops.LIVE_PROGRESS = None
         run_ids.append(run_id)
         for line in harness_lines(instance, run_id):
             if line in shown:
                 shown.remove(line)
-            else:
+            elif not (live is not None and line.startswith(PROGRESS_MARK)):  # drawn as the bar
                 say(line)
         what = unit.describe()
         if unit.kind == "slow_update":

@@ -30,7 +30,12 @@ from trm_assets.defs.resources import LLMResource
 from trm_assets.domain.errors import TrmError
 from trm_assets.harness.data.config import override_key
 from trm_assets.harness.loop.plan import Action
-from trm_assets.harness.loop.progress import ProgressReporter, progress_every_s
+from trm_assets.harness.loop.progress import (
+    PROGRESS_MARK,
+    LiveProgress,
+    ProgressReporter,
+    progress_every_s,
+)
 from trm_assets.harness.loop.runner import SLOW_UNITS, UnitDef, planned
 from trm_assets.harness.loop.units import UnitOrderError, passed_over, run_unit
 from trm_assets.harness.reports.lineage import load_state_dict
@@ -55,6 +60,9 @@ def llm_of(context: dg.OpExecutionContext, scope: Scope) -> LLMResource:
 #: while it does, its terminal echo, so the unit's lines and progress show live as well as in
 #: the run's log (None in the webserver and the daemon). Set by :func:`~.driver.drive`.
 LIVE_ECHO: Callable[[str], None] | None = None
+#: And, when that terminal is a TTY, its progress bar (the periodic progress lines then go to the
+#: run's log only).
+LIVE_PROGRESS: LiveProgress | None = None
 
 
 def run_unit_here(context: dg.OpExecutionContext, scope: Scope, action: Action) -> bool:
@@ -70,7 +78,13 @@ def run_unit_here(context: dg.OpExecutionContext, scope: Scope, action: Action) 
         every = progress_every_s(os.environ)
     except TrmError:  # `trm train` checked it before the first run; elsewhere the default
         every = 10.0
-    progress = ProgressReporter(lambda line: say(f"… {line}"), every_s=every)
+    live = LIVE_PROGRESS
+    if live is None:
+        progress = ProgressReporter(lambda line: say(f"{PROGRESS_MARK}{line}"), every_s=every)
+    else:  # the driving terminal draws a bar; the run's log keeps the periodic lines
+        progress = ProgressReporter(
+            lambda line: context.log.info(f"{PROGRESS_MARK}{line}"), every_s=every, live=live
+        )
     try:
         with scope.experiment.open(llm_of(context, scope).providers, (progress,)) as ctx:
             ran = run_unit(ctx, action, echo=say)

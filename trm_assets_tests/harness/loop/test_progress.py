@@ -37,3 +37,31 @@ def test_reporter_cadence() -> None:
     rep2.on_rollouts(_p(1, 0.5))
     rep2.on_barrier(InferenceResult(run_id="r", predictions=(), wall_s=0.5, usage=Usage()))
     assert quiet == []
+
+
+def test_live_bar_cadence_and_final_draw() -> None:
+    """The terminal's bar (issue 17.4): drawn once a barrier has lasted ``live_after_s``, at most
+    every ``live_every_s``, then once with ``final`` at its end; a short barrier draws nothing."""
+    now = [0.0]
+    drawn: list[tuple[int, bool]] = []
+    rep = ProgressReporter(
+        lambda _line: None,
+        every_s=10.0,
+        clock=lambda: now[0],
+        live=lambda p, final: drawn.append((p.done, final)),
+        live_every_s=0.5,
+        live_after_s=1.0,
+    )
+    for i, t in enumerate([0.0, 0.4, 0.9, 1.0, 1.2, 1.4, 1.6, 2.3], start=1):
+        now[0] = t
+        rep.on_rollouts(_p(i, t))
+    assert drawn == [(4, False), (7, False), (8, False)]  # 1.0, 1.6, 2.3: 0.2 and 0.4 apart skip
+    rep.on_barrier(InferenceResult(run_id="r", predictions=(), wall_s=2.3, usage=Usage()))
+    assert drawn[-1] == (8, True) and len(drawn) == 4
+    quick: list[tuple[int, bool]] = []
+    rep2 = ProgressReporter(
+        lambda _line: None, clock=lambda: 0.5, live=lambda p, f: quick.append((p.done, f))
+    )
+    rep2.on_rollouts(_p(1, 0.5))
+    rep2.on_barrier(InferenceResult(run_id="r", predictions=(), wall_s=0.5, usage=Usage()))
+    assert quick == []
