@@ -37,8 +37,9 @@ from trm_assets.harness.loop.progress import (
     progress_every_s,
 )
 from trm_assets.harness.loop.runner import SLOW_UNITS, UnitDef, planned
-from trm_assets.harness.loop.units import UnitOrderError, passed_over, run_unit
+from trm_assets.harness.loop.units import UnitOrderError, passed_over, run_unit, unit_key
 from trm_assets.harness.reports.lineage import load_state_dict
+from trm_assets.harness.storage.lock import workspace_lock
 
 AFTER_STOP_TAG = "trm/after_stop"  # "skip": an epoch run queued after an early stop is a no-op
 SLOW_NAMES = [u.name for u in SLOW_UNITS]
@@ -85,8 +86,15 @@ def run_unit_here(context: dg.OpExecutionContext, scope: Scope, action: Action) 
         progress = ProgressReporter(
             lambda line: context.log.info(f"{PROGRESS_MARK}{line}"), every_s=every, live=live
         )
+    # one writer (issue 18.1): the lock covers opening the context (it may write pools.json)
+    # and closing the run log too, and names this run to a process it refuses
+    lock = workspace_lock(
+        scope.experiment.workspace_dir(),
+        command=f"dagster run of unit {unit_key(action)}",
+        run_id=context.run.run_id,
+    )
     try:
-        with scope.experiment.open(llm_of(context, scope).providers, (progress,)) as ctx:
+        with lock, scope.experiment.open(llm_of(context, scope).providers, (progress,)) as ctx:
             ran = run_unit(ctx, action, echo=say)
     except (UnitOrderError, TrmError) as e:
         raise dg.Failure(description=str(e), allow_retries=False) from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -1113,3 +1114,57 @@ def test_a_finished_no_dagster_workspace_resumes_to_nothing_to_do(
     assert not (home / "experiments.yaml").exists()
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert instance.get_runs() == []
+
+
+def test_a_dagster_unit_holds_the_lock_naming_its_run_from_open_to_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contract audit of issue 18.1 ("a clear refusal naming the holder (pid, host, run id)";
+    one writer for the whole unit): a unit's Dagster run took the lock inside `run_unit` only,
+    without its run id, after opening the context (which writes a missing pools.json) and
+    released it before the run log closed. Every holder written is recorded here, and who holds
+    the lock when pools.json is written, by the unit and by the `pools` asset."""
+    import trm_assets.harness.storage.atomic as atomic
+    import trm_assets.harness.storage.lock as lock_mod
+    import trm_assets.harness.storage.pools as pools_mod
+
+    config = write_config(tmp_path, "lock", "epochs=1", "steps_per_epoch=1")
+    exp = Experiment(workspace=str(new_workspace(tmp_path / "ws")), config_path=str(config))
+    ws = exp.workspace_dir()
+    (ws / "pools.json").unlink(missing_ok=True)  # the unit's context writes it
+    holders: list[lock_mod.Holder] = []
+    at_write: list[lock_mod.Holder | None] = []
+    write_holder, write_json = lock_mod._write_holder, atomic.atomic_write_json
+
+    def spy_holder(fd: int, holder: lock_mod.Holder) -> None:
+        holders.append(holder)
+        write_holder(fd, holder)
+
+    def spy_write(path: Path, data: Any) -> None:
+        at_write.append(lock_mod.lock_holder(Path(path).parent))
+        write_json(path, data)
+
+    monkeypatch.setattr(lock_mod, "_write_holder", spy_holder)
+    monkeypatch.setattr(pools_mod, "atomic_write_json", spy_write)
+    with dg.instance_for_test() as instance:
+        summary = drive(exp, instance, max_runs=1)  # init + step 0 in one Dagster run
+        (run_id,) = summary.run_ids
+        assert [(h.command, h.run_id) for h in holders] == [
+            ("dagster run of unit step:e0:s0", run_id)
+        ]
+        assert holders[0].describe().startswith(f"pid {os.getpid()} on ")
+        assert f"run {run_id}" in holders[0].describe()
+        assert at_write == [holders[0]]  # pools.json written under this run's lock
+        # the pools asset on a workspace without pools.json: written under its own run's lock
+        (ws / "pools.json").unlink()
+        holders.clear()
+        at_write.clear()
+        pools = Executor(register_in(instance, exp), instance, llm_resources()).defs
+        result = dg.materialize([pools.resolve_assets_def(key(exp, "pools"))], instance=instance)
+        assert result.success
+        assert [(h.command, h.run_id) for h in holders] == [("dagster run of pools", result.run_id)]
+        assert at_write == holders and (ws / "pools.json").is_file()
+        holders.clear()
+        assert dg.materialize([pools.resolve_assets_def(key(exp, "pools"))], instance=instance)
+        assert holders == []  # reading the frozen pools takes no lock
+    assert lock_mod.lock_holder(ws) is None
