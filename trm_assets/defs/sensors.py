@@ -117,6 +117,22 @@ def run_request_for(
     return dg.RunRequest(run_key=run_key, job_name=jobs.finalize.name, tags=tags), []
 
 
+def untagged_run_in_progress(instance: dg.DagsterInstance, experiment: str) -> dg.DagsterRun | None:
+    """A run in progress that materializes one of the experiment's assets without its tag: the
+    catalog's "Materialize" runs the implicit asset job, whose runs carry no tags (contract audit
+    of issue 8: the sensor launched beside such a run; the run pool then held its run back)."""
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS)):
+        if EXPERIMENT_TAG in run.tags:
+            continue  # tagged runs are the experiment's (fail_lost_runs) or another's
+        keys = {
+            *(run.asset_selection or ()),
+            *(c.asset_key for c in run.asset_check_selection or ()),
+        }
+        if any(k.path[0] == experiment for k in keys):
+            return run
+    return None
+
+
 # dagster's own @sensor passes its beta ``owners`` parameter internally; not our usage.
 warnings.filterwarnings("ignore", message="Parameter `owners`", category=dg.BetaWarning)
 
@@ -126,8 +142,8 @@ def evaluate_epoch_sensor(
 ) -> dg.SkipReason | dg.SensorResult:
     """One tick of the experiment's sensor (the decorated sensor is a thin wrapper)."""
     active, _ = fail_lost_runs(context.instance, scope.name)
-    if active:
-        run = active[0]
+    run = active[0] if active else untagged_run_in_progress(context.instance, scope.name)
+    if run is not None:
         return dg.SkipReason(
             f"run {run.run_id} ({run.job_name}) of experiment {scope.name} is "
             f"{run.status.value}: one run per experiment at a time"

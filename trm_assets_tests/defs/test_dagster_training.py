@@ -749,6 +749,43 @@ def test_sensor_waits_for_its_own_experiment_only(trained: Trained, tmp_path: Pa
         assert other.run_id not in result.skip_message
 
 
+def test_sensor_waits_for_an_untagged_catalog_run_of_its_assets(
+    trained: Trained, tmp_path: Path
+) -> None:
+    """Contract audit of issue 8 ("never launches while a mutating run is QUEUED … STARTED"): the
+    catalog's Materialize runs the implicit asset job with no tags, and the sensor launched beside
+    it. Such a run of another experiment's asset does not block."""
+    exp = _fresh(trained, tmp_path)
+    with dg.instance_for_test() as instance:
+        defs = Executor(register_in(instance, exp), instance, llm_resources()).defs
+        other_defs = build_experiment(trained.small).bound()
+        implicit = defs.resolve_implicit_global_asset_job_def()
+        other = instance.create_run_for_job(
+            job_def=other_defs.resolve_implicit_global_asset_job_def(),
+            run_config={},
+            asset_selection=frozenset({dg.AssetKey(["ws_b", "pools"])}),
+            status=dg.DagsterRunStatus.STARTED,
+        )
+        assert EXPERIMENT_TAG not in other.tags
+        result, _ = _tick(exp, instance)
+        assert isinstance(result, dg.SensorResult)  # another experiment's catalog run
+        mine = instance.create_run_for_job(
+            job_def=implicit,
+            run_config={},
+            asset_selection=frozenset({key(exp, "pools")}),
+            status=dg.DagsterRunStatus.STARTED,
+        )
+        result, _ = _tick(exp, instance)
+        assert isinstance(result, dg.SkipReason) and result.skip_message is not None
+        assert result.skip_message == (
+            f"run {mine.run_id} ({implicit.name}) of experiment {exp.name} is STARTED: one run "
+            "per experiment at a time"
+        )
+        instance.report_run_failed(mine)
+        result, _ = _tick(exp, instance)
+        assert isinstance(result, dg.SensorResult)  # it ended: the sensor launches again
+
+
 def test_sensor_skips_while_another_process_holds_the_workspace(
     trained: Trained, tmp_path: Path
 ) -> None:

@@ -3,9 +3,10 @@
 Every command or run that mutates a workspace — ``trm train`` for its whole duration, each Dagster
 run of a unit (from opening the loop context, which may write ``pools.json``, to closing its run
 log, with the run's id), the ``pools`` asset when it writes ``pools.json``, ``trm init`` (before it
-archives a workspace), ``trm promote`` — holds :func:`workspace_lock`. A second process is refused at once with :class:`WorkspaceLockedError`
-naming the holder (pid, host, run id, command, start time), instead of both writing the store
-and the run log (the only guard before was DuckDB's file lock, released between units).
+archives a workspace), ``trm promote`` — holds :func:`workspace_lock`. A second process is
+refused at once with :class:`WorkspaceLockedError` naming the holder (pid, host, run id, command,
+start time), instead of both writing the store and the run log (the only guard before was
+DuckDB's file lock, released between units).
 
 Why this shape:
 
