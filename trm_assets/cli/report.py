@@ -1,5 +1,6 @@
 """``trm report``: per-epoch accuracies, each beside the skills/prompts pair it was measured on,
-the seed, the best and the delivered version, and the budget by phase (``--json``: the same
+its counts (infrastructure failures and aborted gates too), the seed, the best and the delivered
+version, and the budget by phase (``--json``: the same
 data, the contract :func:`report_data` returns)."""
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ def report_data(workspace: Path) -> dict[str, Any]:
                     "expected_false_accepts",
                     "rollouts",
                     "tokens",
+                    # infrastructure failures (issue 9): rollouts the endpoint failed, and gates
+                    # aborted on them (no verdict decided)
+                    "infra_failures",
+                    "aborted",
                 )
             },
             "val_skills_version": h.val_skills_version or None,
@@ -112,7 +117,7 @@ def report_cmd(workspace: Path, as_json: bool) -> None:
     click.echo(
         f"{'epoch':>5} {'val':>6} {'exp':>6} {'val of':>9} {'test':>6} {'test of':>9} "
         f"{'acc':>4} {'rej':>4} {'rb':>3} {'gates':>5} {'E[FA]':>6} {'rollouts':>9} "
-        f"{'tokens':>11}"
+        f"{'tokens':>11} {'infra':>5} {'abort':>5}"
     )
     for e in data["epochs"]:  # each accuracy beside the skills/prompts pair it was measured on
         val_of = _pair(e["val_skills_version"], e["val_prompts_version"])
@@ -121,7 +126,8 @@ def report_cmd(workspace: Path, as_json: bool) -> None:
             f"{e['epoch']:>5} {_f(e['val_accuracy'])} {_f(e['val_expected_accuracy'])} "
             f"{val_of:>9} {_f(e['test_accuracy'])} {test_of:>9} {e['accepted']:>4} "
             f"{e['rejected']:>4} {e['rolled_back']:>3} {e['gates']:>5} "
-            f"{e['expected_false_accepts']:6.2f} {e['rollouts']:>9} {e['tokens']:>11}"
+            f"{e['expected_false_accepts']:6.2f} {e['rollouts']:>9} {e['tokens']:>11} "
+            f"{e['infra_failures']:>5} {e['aborted']:>5}"
         )
     s, b, d = data["seed"], data["best"], data["delivered"]
     click.echo(f"seed: val {_f(s['val_accuracy'])} expected {_f(s['val_expected_accuracy'])}")

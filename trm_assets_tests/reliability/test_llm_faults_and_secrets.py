@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from trm_assets.cli.report import report_data
 from trm_assets.harness.storage.runlog import RunLogReader
 from trm_assets_tests.reliability.conftest import child_env, sim_server
 from trm_assets_tests.tiny import REPO, SMOKE_CONFIG, TINY, tiny_config
@@ -168,6 +169,22 @@ def test_epoch_report_counts_infra_failed_rollouts(fault_run: FaultRun) -> None:
         )
         assert h["infra_failures"] == rows[0]["n"]
     assert sum(h["infra_failures"] for h in state["history"]) > 0
+    # and `trm report` shows them (issue 9: "infra failures are counted in the reports"), with
+    # the gates aborted on them, against the run log and the gates' own records
+    reported = {e["epoch"]: e for e in report_data(fault_run.workspace)["epochs"]}
+    assert set(reported) == {h["epoch"] for h in state["history"]}
+    for h in state["history"]:
+        e = h["epoch"]
+        rows = _rows(
+            fault_run.workspace,
+            f"SELECT sum(n_infra_failures) AS n FROM runs WHERE run_id GLOB 'train_e{e}_*'",
+        )
+        aborted = _rows(
+            fault_run.workspace,
+            f"SELECT count(*) AS n FROM step_report WHERE epoch = {e} AND action = 'abort'",
+        )
+        assert reported[e]["infra_failures"] == rows[0]["n"]
+        assert reported[e]["aborted"] == aborted[0]["n"]
 
 
 def _files(root: Path) -> list[Path]:

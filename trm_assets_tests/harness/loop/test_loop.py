@@ -847,8 +847,8 @@ def test_smoke_cli_two_epochs_raise_expected_acc(tmp_path: Path) -> None:
     keys = {
         "epoch", "val_accuracy", "test_accuracy", "val_expected_accuracy", "accepted",
         "rejected", "rolled_back", "gates", "expected_false_accepts", "rollouts", "tokens",
-        "val_skills_version", "val_prompts_version", "test_skills_version",
-        "test_prompts_version",
+        "infra_failures", "aborted", "val_skills_version", "val_prompts_version",
+        "test_skills_version", "test_prompts_version",
     }  # fmt: skip
     for e in report["epochs"]:
         assert set(e) == keys and e["rollouts"] > 0 and e["tokens"] > 0
