@@ -7,6 +7,9 @@ carries the experiment's pool (``trm_<experiment>``): with pool granularity ``ru
 ``dagster.yaml`` the run queue admits one run per experiment even when it was launched from the
 asset catalog, whose implicit job has no ``trm/experiment`` tag.
 
+Why it is long: the unit runner every op calls (its lock, progress and messages) and the epoch
+bounds every epoch-partitioned op checks first belong with the op factories that use them.
+
 No ``from __future__ import annotations`` in the Dagster layer: dagster inspects real annotations.
 """
 

@@ -121,3 +121,40 @@ def test_ten_megabyte_replies_use_bounded_memory_and_disk(tmp_path: Path) -> Non
     extra_rss_mb, file_mb = map(int, res.stdout.split()[-2:])  # after any progress bar
     assert file_mb < 16, file_mb  # 72 values of 64 KiB = 4.5 MB (+ DuckDB's blocks)
     assert extra_rss_mb < 200, extra_rss_mb
+
+
+def test_the_cap_is_a_config_key_the_loop_opens_its_run_log_with(tmp_path: Path) -> None:
+    """Issue 18: "bounded storage of model text (configurable cap, size recorded)" — the cap was
+    a constant (contract audit). `run_log_text_cap_bytes` reaches the workspace's run log; its
+    default is the run log's own and stays out of the decision fingerprint (an older checkpoint
+    resumes without a drift warning), and another value is in it."""
+    import pytest
+
+    from trm_assets.harness.data.config import RUN_LOG_TEXT_CAP_DEFAULT, ConfigError
+    from trm_assets.harness.loop.context import loop_context
+    from trm_assets.harness.storage.runlog import DEFAULT_TEXT_CAP_BYTES
+    from trm_assets.harness.storage.workspace import init_workspace
+    from trm_assets.llm.factory import build_providers
+    from trm_assets_tests.tiny import tiny_config
+
+    assert RUN_LOG_TEXT_CAP_DEFAULT == DEFAULT_TEXT_CAP_BYTES == CAP
+    default = tiny_config()
+    assert "run_log_text_cap_bytes" not in default.decision_values()
+    cfg = tiny_config("run_log_text_cap_bytes=2048")
+    assert cfg.decision_values()["run_log_text_cap_bytes"] == 2048
+    assert cfg.fingerprint() != default.fingerprint()
+    with pytest.raises(ConfigError, match="run_log_text_cap_bytes"):
+        tiny_config("run_log_text_cap_bytes=100")
+    ws = tmp_path / "ws"
+    init_workspace(ws, questions_ref=cfg.questions)
+    reply = "x" * 10_000
+    with loop_context(ws, cfg, build_providers(cfg.provider_spec())) as ctx:
+        assert ctx.log.text_cap_bytes == 2048
+        ctx.log.add_rollout(rollout(0, reply), [trace(0, reply)])
+        ctx.log.flush()
+    with duckdb.connect(str(ws / "runs.duckdb"), read_only=True) as con:
+        ((text, n),) = con.sql("SELECT final_text, final_text_bytes FROM predictions").fetchall()
+        ((content, m),) = con.sql("SELECT content, content_bytes FROM traces").fetchall()
+    mark = "\n…[cut by the run log: 10000 bytes, 2048-byte cap]"
+    assert (n, m) == (10_000, 10_000) and text == content
+    assert text == "x" * (2048 - len(mark.encode("utf-8"))) + mark

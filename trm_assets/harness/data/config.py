@@ -67,6 +67,11 @@ class ConfigError(TrmError, ValueError):
         super().__init__(f"{source}: {len(self.problems)} invalid setting(s):\n{body}")
 
 
+#: The run log's cap on a stored model text (``storage.runlog.DEFAULT_TEXT_CAP_BYTES``, which this
+#: layer does not import: a test checks they agree).
+RUN_LOG_TEXT_CAP_DEFAULT: Final = 64 * 1024
+
+
 class RunConfig(NoBoolNumbers):
     """All decision-relevant knobs of one experiment. Frozen: a run never mutates its config."""
 
@@ -197,6 +202,13 @@ class RunConfig(NoBoolNumbers):
         le=1,
     )
     infra_outage_window: int = _field(20, ">= 1 rollouts", ge=1)
+    run_log_text_cap_bytes: int = _field(
+        RUN_LOG_TEXT_CAP_DEFAULT,
+        ">= 1024 bytes: the cap on each model text the run log stores (a reply, a tool result, "
+        "an error); the original size is recorded beside it (issue 18.7). Diagnosis reads the "
+        "stored traces back, so a cap below a trace's length can change what it is shown",
+        ge=1024,
+    )
     agent_temperature: float | None = _field(
         None,
         "0..2, or null (the world's default: sim.agent_temperature with the simulator, 0 with a "
@@ -227,7 +239,8 @@ class RunConfig(NoBoolNumbers):
         A key added later is left out where its value decides nothing, so a checkpoint written
         before it resumes without a spurious drift warning: ``gate_fresh_temperature`` outside
         0 < T < it (the gate's plan is the one it always was), ``sim.temperature_scale`` at 0
-        (issue 4's fresh draws). A run at 0 < T < ``gate_fresh_temperature``, whose plan did
+        (issue 4's fresh draws), ``run_log_text_cap_bytes`` at its default (the cap it always
+        was). A run at 0 < T < ``gate_fresh_temperature``, whose plan did
         change, is warned."""
         return _hash(self.decision_values())
 
@@ -238,6 +251,8 @@ class RunConfig(NoBoolNumbers):
         t = self.effective_agent_temperature()
         if not 0 < t < self.gate_fresh_temperature:
             del data["gate_fresh_temperature"]
+        if self.run_log_text_cap_bytes == RUN_LOG_TEXT_CAP_DEFAULT:  # as before the key existed
+            del data["run_log_text_cap_bytes"]
         data["sim"] = sim_dump(self.sim)
         return data
 

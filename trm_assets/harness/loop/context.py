@@ -144,7 +144,7 @@ class LoopContext:
         """The process's run-log writer (reopened lazily after :meth:`close_log`)."""
         if self._log is None or self._log._closed:
             # this workspace's own run log: a foreign one is refused, a lost one never re-created
-            self._log = open_run_log(self.workspace)
+            self._log = open_run_log(self.workspace, text_cap_bytes=self.cfg.run_log_text_cap_bytes)
             prepare_tables(self._log)
             if self._earlier is None:  # read before this process writes anything
                 rows = self._log.query("SELECT run_id, meta FROM runs")

@@ -415,13 +415,16 @@ def new_workspace_id() -> str:
     return uuid.uuid4().hex
 
 
-def open_run_log(workspace: str | Path) -> RunLog:
+def open_run_log(workspace: str | Path, *, text_cap_bytes: int | None = None) -> RunLog:
     """The process's writer of the workspace's run log, bound to the workspace's identity: a run
     log of another workspace is refused, and a missing one is refused once runs were recorded
-    (never re-created empty)."""
+    (never re-created empty). ``text_cap_bytes``: the config's ``run_log_text_cap_bytes``."""
     ws = Path(workspace)
     m = read_manifest(ws)
-    return RunLog.open(ws / RUN_DB_FILE, workspace_id=m.workspace_id, must_exist=bool(m.history))
+    cap = {} if text_cap_bytes is None else {"text_cap_bytes": text_cap_bytes}
+    return RunLog.open(
+        ws / RUN_DB_FILE, workspace_id=m.workspace_id, must_exist=bool(m.history), **cap
+    )
 
 
 def check_run_log(workspace: str | Path) -> None:
