@@ -1160,12 +1160,15 @@ def test_a_dagster_unit_holds_the_lock_naming_its_run_from_open_to_close(
     one writer for the whole unit): a unit's Dagster run took the lock inside `run_unit` only,
     without its run id, after opening the context (which writes a missing pools.json) and
     released it before the run log closed. Every holder written is recorded here, and who holds
-    the lock when pools.json is written, by the unit and by the `pools` asset."""
+    the lock when pools.json is written, by the unit and by the `pools` asset. The same unit
+    draws a terminal's progress bar (issue 17.4), as `trm train` on a TTY has it draw."""
     import trm_assets.harness.storage.atomic as atomic
     import trm_assets.harness.storage.lock as lock_mod
     import trm_assets.harness.storage.pools as pools_mod
 
-    config = write_config(tmp_path, "lock", "epochs=1", "steps_per_epoch=1")
+    # 0.35 s per model call: the barriers last past a terminal bar's first second (below)
+    slow = ("sim.latency_ms_mean=350", "sim.latency_ms_jitter=0", "concurrency=64")
+    config = write_config(tmp_path, "lock", "epochs=1", "steps_per_epoch=1", *slow)
     exp = Experiment(workspace=str(new_workspace(tmp_path / "ws")), config_path=str(config))
     ws = exp.workspace_dir()
     (ws / "pools.json").unlink(missing_ok=True)  # the unit's context writes it
@@ -1183,9 +1186,27 @@ def test_a_dagster_unit_holds_the_lock_naming_its_run_from_open_to_close(
 
     monkeypatch.setattr(lock_mod, "_write_holder", spy_holder)
     monkeypatch.setattr(pools_mod, "atomic_write_json", spy_write)
+    drawn: list[tuple[str, int, int, bool]] = []
+    said: list[str] = []
+    monkeypatch.setenv("TRM_PROGRESS_EVERY_S", "0.5")  # periodic lines in the run's log too
     with dg.instance_for_test() as instance:
-        summary = drive(exp, instance, max_runs=1)  # init + step 0 in one Dagster run
+        summary = drive(  # init + step 0 in one Dagster run, beside a terminal's bar
+            exp,
+            instance,
+            max_runs=1,
+            echo=said.append,
+            live=lambda p, final: drawn.append((p.run_id, p.done, p.total, final)),
+        )
         (run_id,) = summary.run_ids
+        # the bar (`trm train` on a TTY): each barrier drawn, then finished full, once; its
+        # periodic lines stay in the run's log, not echoed beside the bar
+        finals = [(run, n, total) for run, n, total, final in drawn if final]
+        runs = [run for run, _, _ in finals]
+        assert runs[:2] == ["train_init", "train_e0_s0"] and len(set(runs)) == len(runs), drawn
+        assert all(run.startswith("train_e0_s0_gate_") for run in runs[2:]), drawn
+        assert all(n == total for _, n, total in finals)
+        logged = [line for line in harness_lines(instance, run_id) if line.startswith("… ")]
+        assert logged and not [line for line in said if line.startswith("… ")], said
         assert [(h.command, h.run_id) for h in holders] == [
             ("dagster run of unit step:e0:s0", run_id)
         ]

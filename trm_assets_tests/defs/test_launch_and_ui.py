@@ -181,3 +181,36 @@ def test_trm_launch_prints_run_id_and_url_and_refuses_past_the_last_epoch(
             instance.delete_run(found.group(1))  # the shared instance stays as trained
     unknown = CliRunner().invoke(launch_cmd, ["--experiment", "nope", "--finalize", "--url", ui])
     assert unknown.exit_code == 1 and "no experiment 'nope'" in unknown.output
+
+
+def test_dagster_job_launch_queues_the_slow_update(trained: Trained, tmp_path: Path) -> None:
+    """Issue 8: `dagster job launch -j <experiment>__slow_update` as a subprocess against a
+    temporary DAGSTER_HOME resolves the job in the code location and, with the shipped
+    dagster.yaml's queued coordinator, queues its run with the experiment's tag and the epoch
+    partition. (The daemon dequeuing such runs to SUCCESS, killed and restarted, is
+    `test_scale_out.py`'s; a daemon here would add ≈ 20 s to the suite.)"""
+    import subprocess
+
+    from trm_assets.defs.driver import drive
+    from trm_assets.defs.experiments import Experiment, register
+
+    from .conftest import new_home, new_workspace
+    from .servers import BIN, ROOT, dagster_env
+
+    home = new_home(tmp_path / "home")
+    ws = new_workspace(tmp_path / "ws")
+    exp = register(home, Experiment(workspace=str(ws), config_path=str(trained.small_config)))
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        drive(exp, instance, max_runs=1)  # init and the only step: the slow update is next
+    job = f"{exp.name}__slow_update"
+    launch = [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j", job]
+    launch += ["--tags", json.dumps({"dagster/partition": "e0"})]
+    proc = subprocess.run(
+        launch, cwd=ROOT, env=dagster_env(home), capture_output=True, text=True, timeout=180
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        (run,) = instance.get_runs(dg.RunsFilter(job_name=job))
+        assert run.status == dg.DagsterRunStatus.QUEUED  # the queue, not a direct launch
+        assert run.tags[EXPERIMENT_TAG] == exp.name and run.tags["dagster/partition"] == "e0"
+        assert run.tags["trm/workspace"] == str(ws.resolve())
