@@ -26,6 +26,7 @@ import pytest
 from trm_assets.harness.data.config import config_to_yaml
 from trm_assets.harness.storage.lock import (
     LOCK_FILE,
+    Holder,
     WorkspaceLockedError,
     lock_holder,
     workspace_lock,
@@ -279,3 +280,28 @@ def test_a_second_init_beside_one_writing_names_the_writer(tmp_path: Path) -> No
         )
     assert res.returncode == 2, res.stdout + res.stderr
     assert f"pid {proc.pid}" in res.stderr and "not a workspace" not in res.stderr, res.stderr
+
+
+def test_a_re_init_holds_the_moved_lock_until_the_new_one_is_taken(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contract audit of issue 18.1: `trm init` over a workspace released the moved workspace's
+    lock before taking the new directory's, a moment in which another init could take it. While
+    the new workspace is written, both locks are now this process's."""
+    import trm_assets.harness.storage.workspace as workspace_mod
+    from trm_assets.harness.storage.workspace import init_workspace
+
+    write_new = workspace_mod._write_new
+    held: list[tuple[Holder | None, Holder | None]] = []
+
+    def spy(workspace: Path, new: object) -> object:
+        held.append((lock_holder(tmp_path / "ws.archive-1"), lock_holder(workspace)))
+        return write_new(workspace, new)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(workspace_mod, "_write_new", spy)
+    init_workspace(ws, questions_ref=tiny_config().questions)
+    ((moved, new),) = held
+    assert moved is not None and new is not None, held
+    assert (moved.pid, new.pid) == (os.getpid(), os.getpid())
+    assert (tmp_path / "ws.archive-1" / "manifest.json").is_file()
+    assert lock_holder(ws) is None and lock_holder(tmp_path / "ws.archive-1") is None

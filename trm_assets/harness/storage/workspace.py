@@ -656,13 +656,14 @@ def _create(workspace: Path, new: _NewWorkspace) -> InitResult:
                 pass
         raise
     # One writer (issue 18.1): an existing workspace is moved aside only while nobody trains it
-    # (its lock moves with it), and the new one is written under its own lock.
+    # (its lock moves with it), and the new one is written under its own lock, taken before the
+    # moved one is released (no moment in which another init could take the new directory).
     with workspace_lock(workspace, command=INIT_COMMAND, create=True):
         archived = _archive_existing(workspace)
         if archived is None:
             return InitResult(_write_new_or_nothing(workspace, new), None)
-    with workspace_lock(workspace, command=INIT_COMMAND, create=True):
-        return InitResult(_write_new_or_nothing(workspace, new), archived)
+        with workspace_lock(workspace, command=INIT_COMMAND, create=True):
+            return InitResult(_write_new_or_nothing(workspace, new), archived)
 
 
 def _write_new_or_nothing(workspace: Path, new: _NewWorkspace) -> ResolvedPaths:
