@@ -131,10 +131,13 @@ def train_cmd(
         term = Terminal()
         progress_reporter(term)  # a bad TRM_PROGRESS_EVERY_S is an error on either path
         term.echo(f"training {workspace} with {config_path} ({label}, {cfg.epochs} epoch(s))")
-        if not no_dagster:
-            _train_through_dagster(workspace, config_path, (*overrides, *extra), term)
-            return
-        _train_in_process(workspace, cfg, resume, term)
+        try:
+            if not no_dagster:
+                _train_through_dagster(workspace, config_path, (*overrides, *extra), term)
+                return
+            _train_in_process(workspace, cfg, resume, term)
+        finally:  # an error or Ctrl-C inside a barrier: its bar ends before the message
+            term.close()
 
 
 def _train_in_process(workspace: Path, cfg: Any, resume: bool, term: Terminal) -> None:
@@ -150,6 +153,7 @@ def _train_in_process(workspace: Path, cfg: Any, resume: bool, term: Terminal) -
         try:
             summary = train(ctx, echo=term.echo)
         except KeyboardInterrupt:  # as through Dagster: say so, exit like Ctrl-C (not "Aborted!")
+            term.close()
             try:
                 during = f" during {current_action(ctx).describe()}"  # not checkpointed
             except TrmError:
@@ -182,6 +186,7 @@ def _train_through_dagster(
         try:
             summary = drive(trm, instance, echo=term.echo, live=term.progress if term.tty else None)
         except TrainingInterrupted as e:  # not an error to fix: say so, exit like Ctrl-C
+            term.close()
             click.echo(str(e), err=True)
             raise click.exceptions.Exit(130) from None
     click.echo(f"{summary.last.describe()}: {summary.runs} Dagster run(s)")
@@ -250,7 +255,8 @@ def eval_cmd(
         workspace_lock(workspace, command="trm eval"),
         loop_context(workspace, cfg, build_providers(cfg.provider_spec())) as ctx,
     ):
-        ctx.observers = (progress_reporter(Terminal()),)
+        term = Terminal()
+        ctx.observers = (progress_reporter(term),)
         pv = prompts_version or ctx.paths.prompts_version
         ctx.skills(version)  # a missing version fails before any rollout
         base = f"eval_{version}_{pv}_{pool}"
@@ -274,7 +280,10 @@ def eval_cmd(
             click.echo(
                 f"evaluating skills {version} / prompts {pv} on {pool} ({len(qs)} questions)"
             )
-            res = asyncio.run(evaluate(ctx, run_id, version, pv, qs, eval_command_kind(pool)))
+            try:
+                res = asyncio.run(evaluate(ctx, run_id, version, pv, qs, eval_command_kind(pool)))
+            finally:  # an error or Ctrl-C inside the barrier: its bar ends before the message
+                term.close()
             acc = res.accuracy
         exp = ctx.expected_accuracy(version, pv, list(ctx.pools.pool(pool)))
     line = f"run {run_id}: accuracy {acc if acc is None else f'{acc:.3f}'}"

@@ -1,6 +1,6 @@
 """`trm train`'s terminal (issue 17.4: "a progress bar on a terminal, periodic lines
-otherwise"): the bar in place on a TTY, output lines above it, none of it off a TTY — checked on
-the stream's bytes and through a real pseudo-terminal."""
+otherwise"): tqdm's bar in place on a TTY, output lines above it, none of it off a TTY — checked
+on what a terminal would show of the stream's characters and through a real pseudo-terminal."""
 
 from __future__ import annotations
 
@@ -14,15 +14,38 @@ import sys
 import time
 from pathlib import Path
 
-from trm_assets.cli.terminal import Terminal, render_bar
+from trm_assets.cli.terminal import Terminal
+from trm_assets.harness.loop.progress import progress_details
 from trm_assets.harness.loop.rollouts import InferenceProgress
 from trm_assets_tests.tiny import REPO, SMOKE_CONFIG, TINY
 
-CLEAR = "\r\x1b[2K"
+BAR = re.compile(r"  … (\w+): (\d+)/(\d+) rollouts \|([# ]{20})\|")
 
 
 def _p(done: int, total: int = 40) -> InferenceProgress:
     return InferenceProgress("train_e0_s0", done, total, 0, 0, 2.0, done, 100 * done)
+
+
+def screen(text: str) -> list[str]:
+    """The lines a terminal shows of ``text``: a carriage return goes back to the line's start
+    and what follows overwrites it (trailing blanks dropped)."""
+    lines, col = [""], 0
+    for ch in text.replace("\r\n", "\n"):
+        if ch == "\r":
+            col = 0
+        elif ch == "\n":
+            lines.append("")
+            col = 0
+        else:
+            line = lines[-1]
+            lines[-1] = line[:col] + ch + line[col + 1 :]
+            col += 1
+    return [line.rstrip() for line in lines]
+
+
+def drawn(text: str) -> list[str]:
+    """Every state of the bar line the stream drew, in order (each carriage return redraws)."""
+    return [seg for part in text.split("\n") for seg in part.split("\r") if BAR.match(seg)]
 
 
 def test_the_bar_is_drawn_in_place_and_lines_go_above_it() -> None:
@@ -33,21 +56,27 @@ def test_the_bar_is_drawn_in_place_and_lines_go_above_it() -> None:
     term.echo("a line")
     term.progress(_p(40), True)
     term.echo("after")
-    bar10, bar20, bar40 = (render_bar(_p(n), 200) for n in (10, 20, 40))
-    assert bar10.startswith("  … [#####...............] train_e0_s0: 10/40 rollouts")
-    assert bar40.startswith("  … [####################] train_e0_s0: 40/40 rollouts")
-    assert out.getvalue() == (
-        f"{CLEAR}{bar10}{CLEAR}{bar20}"  # rewritten in place
-        f"{CLEAR}a line\n{bar20}"  # the line above, the bar below it again
-        f"{CLEAR}{bar40} — done\n"  # the finished bar stays as a line
-        "after\n"  # no bar left to clear
-    )
+    text = out.getvalue()
+    assert screen(text) == [
+        "a line",  # above the bar
+        f"  … train_e0_s0: 40/40 rollouts |{'#' * 20}|, {progress_details(_p(40))} — done",
+        "after",  # below the finished bar, which stays as a line
+        "",
+    ]
+    states = [(m[2], m[4]) for m in map(BAR.match, drawn(text)) if m]
+    assert states[:2] == [("10", "#" * 5 + " " * 15), ("20", "#" * 10 + " " * 10)]
+    assert states[-1] == ("40", "#" * 20)
 
 
-def test_the_bar_fits_the_width_and_nothing_is_drawn_off_a_tty() -> None:
+def test_the_bar_fits_the_width_ends_on_close_and_nothing_is_drawn_off_a_tty() -> None:
     out = io.StringIO()
-    Terminal(out, tty=True, width=40).progress(_p(5), False)
-    assert out.getvalue() == CLEAR + render_bar(_p(5), 40) and len(render_bar(_p(5), 40)) == 39
+    term = Terminal(out, tty=True, width=40)
+    term.progress(_p(5), False)
+    assert all(len(seg) <= 40 for seg in out.getvalue().split("\r"))
+    term.close()  # an interrupted barrier: the bar ends, the next line starts below it
+    term.echo("interrupted")
+    assert screen(out.getvalue())[1:] == ["interrupted", ""]
+    assert screen(out.getvalue())[0].startswith("  … train_e0_s0: 5/40 rollouts |##")
     plain = io.StringIO()
     term = Terminal(plain, tty=False)
     term.progress(_p(5), False)
@@ -108,17 +137,16 @@ def test_trm_eval_draws_a_bar_on_a_terminal_and_prints_lines_through_a_pipe(
     )
     command = ["eval", "--workspace", ws, "--version", "v1", "--pool", "validation"]
     on_tty = _run(tmp_path, command, tty=True)
-    bars = re.findall(r"\x1b\[2K  … \[([#.]{20})\] (\w+): (\d+)/(\d+) rollouts", on_tty)
-    finished = re.findall(
-        r"\x1b\[2K  … \[#{20}\] (\w+): (\d+)/(\d+) rollouts[^\r\n]* — done\r?\n", on_tty
-    )
-    assert len(bars) >= 2 and len(finished) == 1, on_tty  # drawn, then finished, in place
-    (run, n, total) = finished[0]
-    assert run.startswith("eval_v1_") and n == total, on_tty
-    for cells, _, n, total in bars:  # the bar's cells follow its count
-        assert cells.count("#") == round(20 * int(n) / int(total))
-    lines = on_tty.replace("\x1b[2K", "").split("\r\n")
-    assert not [ln for ln in lines if ln.startswith("  … ")], on_tty  # no periodic line as well
+    states = [m for m in map(BAR.match, drawn(on_tty)) if m]
+    assert len(states) >= 2, on_tty  # drawn, then redrawn in place
+    for m in states:  # one barrier; the bar's cells follow its count
+        assert m[1].startswith("eval_v1_") and m[4].count("#") == int(20 * int(m[2]) / int(m[3]))
+    bars = [line for line in screen(on_tty) if BAR.match(line)]
+    assert len(bars) == 1 and bars[0].endswith("— done"), on_tty  # one line left, finished
+    (full,) = bars
+    assert BAR.match(full)[2] == BAR.match(full)[3]  # type: ignore[index]
+    periodic = [line for line in screen(on_tty) if line.startswith("  … ") and line != full]
+    assert not periodic, on_tty  # no periodic line as well
     assert "accuracy" in on_tty and "Traceback" not in on_tty
     test_pool = [*command[:-1], "test"]  # another run: not served from the first
     piped = _run(tmp_path, test_pool, tty=False)

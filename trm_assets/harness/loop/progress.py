@@ -2,8 +2,8 @@
 tokens/s and an ETA, at a steady cadence — so a slow real model is visibly working.
 
 :class:`ProgressReporter` is a :class:`~trm_assets.harness.loop.observer.LoopObserver`; the
-composition root decides where its lines go (``trm train`` → the terminal: a bar rewritten in
-place on a TTY, :mod:`trm_assets.cli.terminal`, periodic lines otherwise; a Dagster run → the
+composition root decides where its lines go (``trm train`` → the terminal: a tqdm bar on a TTY,
+:mod:`trm_assets.cli.terminal`, periodic lines otherwise; a Dagster run → the
 run's log, and the bar on the terminal of the ``trm train`` that drives it).
 """
 
@@ -21,13 +21,18 @@ from trm_assets.harness.loop.rollouts import InferenceProgress, InferenceResult
 
 
 def format_progress(p: InferenceProgress) -> str:
+    return f"{p.run_id}: {p.done}/{p.total} rollouts, {progress_details(p)}"
+
+
+def progress_details(p: InferenceProgress) -> str:
+    """Model calls, tokens/s, infra failures, elapsed time and ETA (a terminal's bar shows them
+    beside its own count)."""
     rate = p.tokens / p.elapsed_s if p.elapsed_s > 0 else 0.0
     eta = p.eta_s()
     eta_text = "?" if eta is None else _duration(eta)
     return (
-        f"{p.run_id}: {p.done}/{p.total} rollouts, {p.llm_calls} model calls, "
-        f"{rate:,.0f} tokens/s, {p.n_infra} infra, elapsed {_duration(p.elapsed_s)}, "
-        f"ETA {eta_text}"
+        f"{p.llm_calls} model calls, {rate:,.0f} tokens/s, {p.n_infra} infra, "
+        f"elapsed {_duration(p.elapsed_s)}, ETA {eta_text}"
     )
 
 
