@@ -305,3 +305,50 @@ def test_a_re_init_holds_the_moved_lock_until_the_new_one_is_taken(
     assert (moved.pid, new.pid) == (os.getpid(), os.getpid())
     assert (tmp_path / "ws.archive-1" / "manifest.json").is_file()
     assert lock_holder(ws) is None and lock_holder(tmp_path / "ws.archive-1") is None
+
+
+WAITER = """
+import sys, time
+from trm_assets.harness.storage.lock import workspace_lock
+print("waiting", flush=True)
+with workspace_lock(sys.argv[1], command="waiter", wait_s=30):
+    print("held", flush=True)
+    time.sleep(300)
+"""
+
+
+def test_a_waiter_never_takes_the_lock_of_a_workspace_moved_aside(ws: Path, tmp_path: Path) -> None:
+    """Review: a process waiting on ``ws/.trm.lock`` while `trm init` moved ``ws`` aside got the
+    moved directory's lock when it was released, and believed it held ``ws``: a second writer
+    could then take the new ``ws``. The waiter now takes the lock file at the path."""
+    import time
+
+    with workspace_lock(ws, command="trm init"):
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", WAITER, str(ws)],
+            cwd=REPO,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert waiter.stdout is not None and waiter.stdout.readline().strip() == "waiting"
+            time.sleep(1.0)  # it has opened the lock file and polls it
+            ws.rename(tmp_path / "ws.archive-1")  # the lock file moves with its directory
+            ws.mkdir()
+        except BaseException:
+            waiter.kill()
+            raise
+    try:
+        assert waiter.stdout is not None and waiter.stderr is not None
+        assert waiter.stdout.readline().strip() == "held", waiter.stderr.read()
+        holder = lock_holder(ws)
+        assert holder is not None and (holder.pid, holder.command) == (waiter.pid, "waiter")
+        assert lock_holder(tmp_path / "ws.archive-1") is None  # not the moved one
+        refused = pytest.raises(WorkspaceLockedError, match=f"pid {waiter.pid}")
+        with refused, workspace_lock(ws, command="second writer", wait_s=0.2):
+            pass
+    finally:
+        waiter.kill()
+        waiter.wait(timeout=10)

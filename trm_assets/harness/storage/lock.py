@@ -132,6 +132,17 @@ def _check_directory(ws: Path, create: bool) -> None:
         ws.mkdir(parents=True, exist_ok=True)
 
 
+def _is_lock_file_of(fd: int, ws: Path) -> bool:
+    """Whether ``fd`` is still the lock file at ``ws``'s path (not one moved away with its
+    directory, or replaced, while its opener waited for it)."""
+    try:
+        now = os.stat(lock_path(ws))
+    except OSError:
+        return False
+    st = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+
+
 def _read_holder_fd(fd: int, settle_s: float = 0.0) -> Holder | None:
     """The description in the lock file; retries for up to ``settle_s`` while it is empty (a
     holder writes it just after taking the lock, so a probe can land in between)."""
@@ -208,25 +219,35 @@ def workspace_lock(
     (``create=True`` creates it: ``trm init``) or is a file.
     """
     ws = Path(workspace)
-    _check_directory(ws, create)
-    fd = os.open(lock_path(ws), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    st = os.fstat(fd)
-    key = (st.st_dev, st.st_ino)
-    with _HELD_LOCK:
-        held = _HELD.get(key)
-        if held is not None:
-            os.close(fd)
-            held.depth += 1
-        else:
+    deadline = time.monotonic() + wait_s
+    while True:
+        _check_directory(ws, create)
+        fd = os.open(lock_path(ws), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        st = os.fstat(fd)
+        key = (st.st_dev, st.st_ino)
+        with _HELD_LOCK:
+            held = _HELD.get(key)
+            if held is not None:
+                os.close(fd)
+                held.depth += 1
+                break
             try:
-                if not _try_flock(fd, fcntl.LOCK_EX, wait_s):
+                if not _try_flock(fd, fcntl.LOCK_EX, max(0.0, deadline - time.monotonic())):
                     raise _refusal(ws, _read_holder_fd(fd, DESCRIPTION_SETTLE_S), command)
-                holder = Holder(os.getpid(), socket.gethostname(), command, run_id, _now())
-                _write_holder(fd, holder)
+                moved = not _is_lock_file_of(fd, ws)
+                if not moved:
+                    holder = Holder(os.getpid(), socket.gethostname(), command, run_id, _now())
+                    _write_holder(fd, holder)
             except BaseException:
                 os.close(fd)
                 raise
-            held = _HELD[key] = _Held(fd, holder, 1)
+            if not moved:
+                held = _HELD[key] = _Held(fd, holder, 1)
+                break
+        # The workspace was moved aside (`trm init`) while this process waited: the lock it got
+        # is the moved directory's. Take the one now at the path instead (contract audit: two
+        # processes each believed they held the workspace).
+        os.close(fd)
     try:
         yield held.holder
     finally:
