@@ -132,10 +132,11 @@ def train_cmd(
         progress_reporter(term)  # a bad TRM_PROGRESS_EVERY_S is an error on either path
         term.echo(f"training {workspace} with {config_path} ({label}, {cfg.epochs} epoch(s))")
         try:
-            if not no_dagster:
-                _train_through_dagster(workspace, config_path, (*overrides, *extra), term)
-                return
-            _train_in_process(workspace, cfg, resume, term)
+            with term.logging():
+                if not no_dagster:
+                    _train_through_dagster(workspace, config_path, (*overrides, *extra), term)
+                    return
+                _train_in_process(workspace, cfg, resume, term)
         finally:  # an error or Ctrl-C inside a barrier: its bar ends before the message
             term.close()
 
@@ -281,7 +282,10 @@ def eval_cmd(
                 f"evaluating skills {version} / prompts {pv} on {pool} ({len(qs)} questions)"
             )
             try:
-                res = asyncio.run(evaluate(ctx, run_id, version, pv, qs, eval_command_kind(pool)))
+                with term.logging():
+                    res = asyncio.run(
+                        evaluate(ctx, run_id, version, pv, qs, eval_command_kind(pool))
+                    )
             finally:  # an error or Ctrl-C inside the barrier: its bar ends before the message
                 term.close()
             acc = res.accuracy

@@ -33,7 +33,7 @@ from trm_assets.defs.experiments import EXPERIMENT_TAG, Experiment, code_locatio
 from trm_assets.defs.ops import AFTER_STOP_TAG, SLOW_NAMES
 from trm_assets.defs.partitions import epoch_step_key
 from trm_assets.defs.resources import llm_resources
-from trm_assets.defs.sensors import UNIT_TAG
+from trm_assets.defs.sensors import IMPLICIT_ASSET_JOB, UNIT_TAG
 from trm_assets.domain.question import DEFAULT_SKILL_FILE, skill_file_name
 from trm_assets.harness.reports.lineage import epoch_summary
 from trm_assets.harness.storage.workspace import read_manifest
@@ -760,6 +760,7 @@ def test_sensor_waits_for_an_untagged_catalog_run_of_its_assets(
         defs = Executor(register_in(instance, exp), instance, llm_resources()).defs
         other_defs = build_experiment(trained.small).bound()
         implicit = defs.resolve_implicit_global_asset_job_def()
+        assert implicit.name == IMPLICIT_ASSET_JOB  # the name the sensor filters on
         other = instance.create_run_for_job(
             job_def=other_defs.resolve_implicit_global_asset_job_def(),
             run_config={},
@@ -779,7 +780,8 @@ def test_sensor_waits_for_an_untagged_catalog_run_of_its_assets(
         assert isinstance(result, dg.SkipReason) and result.skip_message is not None
         assert result.skip_message == (
             f"run {mine.run_id} ({implicit.name}) of experiment {exp.name} is STARTED: one run "
-            "per experiment at a time"
+            "per experiment at a time (a catalog materialization; if its process is gone, "
+            "terminate it on the Runs page)"
         )
         instance.report_run_failed(mine)
         result, _ = _tick(exp, instance)

@@ -185,6 +185,19 @@ def test_epoch_report_counts_infra_failed_rollouts(fault_run: FaultRun) -> None:
         )
         assert reported[e]["infra_failures"] == rows[0]["n"]
         assert reported[e]["aborted"] == aborted[0]["n"]
+    # the text report's last two columns, epoch by epoch (review: only a substring was checked)
+    from click.testing import CliRunner
+
+    from trm_assets.cli.report import report_cmd
+
+    text = CliRunner().invoke(report_cmd, ["--workspace", str(fault_run.workspace)])
+    assert text.exit_code == 0, text.output
+    lines = text.output.splitlines()
+    assert lines[0].split()[-2:] == ["infra", "abort"]
+    shown = {
+        int(ln.split()[0]): [int(x) for x in ln.split()[-2:]] for ln in lines[1 : 1 + len(reported)]
+    }
+    assert shown == {e: [r["infra_failures"], r["aborted"]] for e, r in reported.items()}
 
 
 def _files(root: Path) -> list[Path]:

@@ -143,8 +143,9 @@ def test_the_cap_is_a_config_key_the_loop_opens_its_run_log_with(tmp_path: Path)
     cfg = tiny_config("run_log_text_cap_bytes=2048")
     assert cfg.decision_values()["run_log_text_cap_bytes"] == 2048
     assert cfg.fingerprint() != default.fingerprint()
-    with pytest.raises(ConfigError, match="run_log_text_cap_bytes"):
-        tiny_config("run_log_text_cap_bytes=100")
+    for bad in (100, 16 * 1024 * 1024 + 1):  # a cap is a bound: not off, not huge
+        with pytest.raises(ConfigError, match="run_log_text_cap_bytes"):
+            tiny_config(f"run_log_text_cap_bytes={bad}")
     ws = tmp_path / "ws"
     init_workspace(ws, questions_ref=cfg.questions)
     reply = "x" * 10_000

@@ -204,10 +204,12 @@ class RunConfig(NoBoolNumbers):
     infra_outage_window: int = _field(20, ">= 1 rollouts", ge=1)
     run_log_text_cap_bytes: int = _field(
         RUN_LOG_TEXT_CAP_DEFAULT,
-        ">= 1024 bytes: the cap on each model text the run log stores (a reply, a tool result, "
-        "an error); the original size is recorded beside it (issue 18.7). Diagnosis reads the "
-        "stored traces back, so a cap below a trace's length can change what it is shown",
+        "1024 .. 16 MiB bytes: the cap on each model text the run log stores (a reply, a tool "
+        "result, an error); the original size is recorded beside it (issue 18.7: unbounded, "
+        "1 MB replies made a 540 MB run log). Diagnosis reads the stored traces back, so a cap "
+        "below a trace's length can change what it is shown",
         ge=1024,
+        le=16 * 1024 * 1024,
     )
     agent_temperature: float | None = _field(
         None,

@@ -21,19 +21,25 @@ from trm_assets.harness.loop.rollouts import InferenceProgress, InferenceResult
 
 
 def format_progress(p: InferenceProgress) -> str:
-    return f"{p.run_id}: {p.done}/{p.total} rollouts, {progress_details(p)}"
+    f = progress_fields(p)
+    return (
+        f"{p.run_id}: {p.done}/{p.total} rollouts, {f['calls']}, {f['rate']}, {f['infra']}, "
+        f"{f['elapsed']}, {f['eta']}"
+    )
 
 
-def progress_details(p: InferenceProgress) -> str:
-    """Model calls, tokens/s, infra failures, elapsed time and ETA (a terminal's bar shows them
-    beside its own count)."""
+def progress_fields(p: InferenceProgress) -> dict[str, str]:
+    """The barrier's model calls, tokens/s, infra failures, elapsed time and ETA, each as shown
+    (a terminal's bar puts them in its own order, the most wanted first)."""
     rate = p.tokens / p.elapsed_s if p.elapsed_s > 0 else 0.0
     eta = p.eta_s()
-    eta_text = "?" if eta is None else _duration(eta)
-    return (
-        f"{p.llm_calls} model calls, {rate:,.0f} tokens/s, {p.n_infra} infra, "
-        f"elapsed {_duration(p.elapsed_s)}, ETA {eta_text}"
-    )
+    return {
+        "calls": f"{p.llm_calls} model calls",
+        "rate": f"{rate:,.0f} tokens/s",
+        "infra": f"{p.n_infra} infra",
+        "elapsed": f"elapsed {_duration(p.elapsed_s)}",
+        "eta": f"ETA {'?' if eta is None else _duration(eta)}",
+    }
 
 
 def _duration(s: float) -> str:
