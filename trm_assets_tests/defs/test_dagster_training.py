@@ -1170,6 +1170,7 @@ def test_a_dagster_unit_holds_the_lock_naming_its_run_from_open_to_close(
 
     # 0.35 s per model call: the barriers last past a terminal bar's first second (below)
     slow = ("sim.latency_ms_mean=350", "sim.latency_ms_jitter=0", "concurrency=64")
+    slow += ("gate_policy=accept_all",)  # no gate barriers: the two the test reads are enough
     config = write_config(tmp_path, "lock", "epochs=1", "steps_per_epoch=1", *slow)
     exp = Experiment(workspace=str(new_workspace(tmp_path / "ws")), config_path=str(config))
     ws = exp.workspace_dir()
@@ -1203,9 +1204,7 @@ def test_a_dagster_unit_holds_the_lock_naming_its_run_from_open_to_close(
         # the bar (`trm train` on a TTY): each barrier drawn, then finished full, once; its
         # periodic lines stay in the run's log, not echoed beside the bar
         finals = [(run, n, total) for run, n, total, final in drawn if final]
-        runs = [run for run, _, _ in finals]
-        assert runs[:2] == ["train_init", "train_e0_s0"] and len(set(runs)) == len(runs), drawn
-        assert all(run.startswith("train_e0_s0_gate_") for run in runs[2:]), drawn
+        assert [run for run, _, _ in finals] == ["train_init", "train_e0_s0"], drawn
         assert all(n == total for _, n, total in finals)
         logged = [line for line in harness_lines(instance, run_id) if line.startswith("… ")]
         assert logged and not [line for line in said if line.startswith("… ")], said
