@@ -1169,9 +1169,10 @@ def test_a_dagster_unit_holds_the_lock_naming_its_run_from_open_to_close(
     import trm_assets.harness.storage.pools as pools_mod
 
     # 0.35 s per model call: the barriers last past a terminal bar's first second (below)
+    # (and no gate barriers: the two the test reads are enough)
     slow = ("sim.latency_ms_mean=350", "sim.latency_ms_jitter=0", "concurrency=64")
-    slow += ("gate_policy=accept_all",)  # no gate barriers: the two the test reads are enough
-    config = write_config(tmp_path, "lock", "epochs=1", "steps_per_epoch=1", *slow)
+    slow_no_gate = (*slow, "gate_policy=accept_all")
+    config = write_config(tmp_path, "lock", "epochs=1", "steps_per_epoch=1", *slow_no_gate)
     exp = Experiment(workspace=str(new_workspace(tmp_path / "ws")), config_path=str(config))
     ws = exp.workspace_dir()
     (ws / "pools.json").unlink(missing_ok=True)  # the unit's context writes it
