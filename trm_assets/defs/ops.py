@@ -83,12 +83,11 @@ def run_unit_here(context: dg.OpExecutionContext, scope: Scope, action: Action) 
     except TrmError:  # `trm train` checked it before the first run; elsewhere the default
         every = 10.0
     live = LIVE_PROGRESS
-    if live is None:
-        progress = ProgressReporter(lambda line: say(f"{PROGRESS_MARK}{line}"), every_s=every)
-    else:  # the driving terminal draws a bar; the run's log keeps the periodic lines
-        progress = ProgressReporter(
-            lambda line: context.log.info(f"{PROGRESS_MARK}{line}"), every_s=every, live=live
-        )
+    # a driving terminal that draws a bar: the periodic lines go to the run's log only
+    emit = say if live is None else context.log.info
+    progress = ProgressReporter(
+        lambda line: emit(f"{PROGRESS_MARK}{line}"), every_s=every, live=live
+    )
     # one writer (issue 18.1): the lock covers opening the context (it may write pools.json)
     # and closing the run log too, and names this run to a process it refuses
     lock = workspace_lock(

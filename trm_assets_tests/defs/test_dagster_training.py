@@ -87,6 +87,19 @@ def failure_text(result: dg.ExecuteInProcessResult) -> str:
     return str(failure.user_failure_data.description)
 
 
+def lone_step_failure(
+    ex: Executor, instance: dg.DagsterInstance, exp: Experiment, epoch: int, step: int
+) -> str:
+    """The failure message of the experiment's `gate_step` job run alone on `e<epoch>|s<step>`
+    (the UI's single step partition), which must fail."""
+    job = ex.defs.resolve_job_def(f"{exp.name}__gate_step")
+    result = job.execute_in_process(
+        instance=instance, partition_key=epoch_step_key(epoch, step), raise_on_error=False
+    )
+    assert not result.success
+    return failure_text(result)
+
+
 def tags_of(mat: dg.AssetMaterialization) -> Mapping[str, str]:
     """A recorded materialization's tags (Dagster records its data version among them)."""
     assert mat.tags is not None, mat
@@ -587,12 +600,7 @@ def test_slow_update_job_in_process_then_an_epoch_past_the_last(
         # the same journey through a step of e1 (`gate_step e1|s0`; contract audit): it said
         # "never ran: training stopped before it (early stop)" and kept the partition
         instance.add_dynamic_partitions(f"{exp.name}__epochs", ["e1"])
-        step_job = ex.defs.resolve_job_def(f"{exp.name}__gate_step")
-        lone = step_job.execute_in_process(
-            instance=instance, partition_key=epoch_step_key(1, 0), raise_on_error=False
-        )
-        assert not lone.success
-        said = failure_text(lone)
+        said = lone_step_failure(ex, instance, exp, 1, 0)
         assert said == text, said  # the epoch job's message, word for word
         assert instance.get_dynamic_partitions(f"{exp.name}__epochs") == ["e0"]  # no junk
     state = json.loads((exp.workspace_dir() / "state.json").read_text())
@@ -623,12 +631,7 @@ def test_an_epoch_the_rollout_budget_cut_short_materializes_from_the_ui(tmp_path
         assert any("step (epoch 0, step 1) never ran: the rollout budget" in m for m in logs)
         # the step asset on its own (the UI's `e0|s1`): a failure that says why, no traceback
         instance.add_dynamic_partitions(f"{exp.name}__steps", ["s1"])
-        step_job = ex.defs.resolve_job_def(f"{exp.name}__gate_step")
-        lone = step_job.execute_in_process(
-            instance=instance, partition_key=epoch_step_key(0, 1), raise_on_error=False
-        )
-        assert not lone.success
-        text = failure_text(lone)
+        text = lone_step_failure(ex, instance, exp, 0, 1)
         assert text.startswith("step (epoch 0, step 1) never ran: the rollout budget")
         assert "Traceback" not in text and "LookupError" not in text
         after = history(instance, key(exp, "step_results"))

@@ -55,16 +55,21 @@ except WorkspaceLockedError as e:
 """
 
 
-@contextmanager
-def holder_process(ws: Path) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(ws)],
+def child_process(code: str, ws: Path) -> subprocess.Popen[str]:
+    """``python -c code ws`` from the repository, its output read line by line."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(ws)],
         cwd=REPO,
         env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@contextmanager
+def holder_process(ws: Path) -> Iterator[subprocess.Popen[str]]:
+    proc = child_process(HOLD, ws)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -324,14 +329,7 @@ def test_a_waiter_never_takes_the_lock_of_a_workspace_moved_aside(ws: Path, tmp_
     import time
 
     with workspace_lock(ws, command="trm init"):
-        waiter = subprocess.Popen(
-            [sys.executable, "-c", WAITER, str(ws)],
-            cwd=REPO,
-            env=child_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        waiter = child_process(WAITER, ws)
         try:
             assert waiter.stdout is not None and waiter.stdout.readline().strip() == "waiting"
             time.sleep(1.0)  # it has opened the lock file and polls it

@@ -67,8 +67,8 @@ class ConfigError(TrmError, ValueError):
         super().__init__(f"{source}: {len(self.problems)} invalid setting(s):\n{body}")
 
 
-#: The run log's cap on a stored model text (``storage.runlog.DEFAULT_TEXT_CAP_BYTES``, which this
-#: layer does not import: a test checks they agree).
+#: The default cap on a stored model text (``run_log_text_cap_bytes``; the run log's own default,
+#: ``storage.runlog.DEFAULT_TEXT_CAP_BYTES``, is this value).
 RUN_LOG_TEXT_CAP_DEFAULT: Final = 64 * 1024
 
 

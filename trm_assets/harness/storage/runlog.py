@@ -49,6 +49,7 @@ import duckdb
 import pandas as pd
 
 from trm_assets.domain.errors import TrmError
+from trm_assets.harness.data.config import RUN_LOG_TEXT_CAP_DEFAULT
 
 SCHEMA_VERSION = 1
 
@@ -252,7 +253,7 @@ _ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
 
 #: Model text is stored up to this many UTF-8 bytes per value (issue 18.7: 1 MB replies made a
 #: 540 MB run log); the original size is kept in ``final_text_bytes`` / ``content_bytes``.
-DEFAULT_TEXT_CAP_BYTES = 64 * 1024
+DEFAULT_TEXT_CAP_BYTES = RUN_LOG_TEXT_CAP_DEFAULT  # the config's `run_log_text_cap_bytes`
 TRUNCATION_MARK = "\n…[cut by the run log: {size} bytes, {cap}-byte cap]"
 #: Usage and count columns are clamped into 0..MAX_COUNT before the insert: a provider's
 #: nonsense (10**20 tokens) must not crash an INTEGER/BIGINT insert, and sums over a run stay
