@@ -5,21 +5,37 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint ui clean
+.PHONY: run test lint ui clean bytecode
 UI_PORT ?= 3000
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+# uv installs the project in ~20 s where pip took ~110 s from a cold cache (the same resolution:
+# the newest release each bound admits; docs/decision-install-with-uv.md). pip stays in the venv:
+# `trm bench real-model` builds its own environment with it.
+# Where uv cannot be had or fails, pip does the install as before.
+$(BIN)/uv: | $(BIN)/python
+	$(BIN)/pip install --quiet uv || echo "uv unavailable: the install falls back to pip"
+
+$(STAMP): pyproject.toml | $(BIN)/uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]' \
+		|| $(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-run: $(STAMP)
+# Where PYTHONDONTWRITEBYTECODE is set (this sandbox sets it) Python never caches the bytecode
+# of the editable package, so every process compiled its ~100 modules again: 0.3 s per `trm`
+# command, code server, daemon-launched run worker or test child (docs/decision-bytecode-before-
+# running.md). compileall writes it even there, only for files whose source changed; Python
+# reads it, and recompiles in memory any file edited since.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q trm_assets trm_bench trm_assets_tests
+
+run: bytecode
 	$(BIN)/trm run
 
-test: $(STAMP)
+test: bytecode
 	$(BIN)/ruff check trm_assets trm_bench trm_assets_tests
 	$(BIN)/ruff format --check trm_assets trm_bench trm_assets_tests
 	$(BIN)/mypy trm_assets trm_bench trm_assets_tests
@@ -27,7 +43,7 @@ test: $(STAMP)
 
 # The Dagster UI and daemon (the run queue, the epoch sensors) on 127.0.0.1, against the
 # project's instance; `dg dev` supersedes `dagster dev`.
-ui: $(STAMP)
+ui: bytecode
 	DAGSTER_HOME=$(CURDIR)/dagster_home $(BIN)/dg dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 lint: $(STAMP)
