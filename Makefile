@@ -4,8 +4,9 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+MYPY = $(BIN)/mypy trm_assets trm_bench trm_assets_tests
 
-.PHONY: run test lint ui clean bytecode
+.PHONY: run test lint typecheck ui clean bytecode
 UI_PORT ?= 3000
 
 $(BIN)/python:
@@ -38,7 +39,7 @@ run: bytecode
 test: bytecode
 	$(BIN)/ruff check trm_assets trm_bench trm_assets_tests
 	$(BIN)/ruff format --check trm_assets trm_bench trm_assets_tests
-	$(BIN)/mypy trm_assets trm_bench trm_assets_tests
+	$(MYPY)
 	$(BIN)/pytest -q -n 2 --dist loadscope --no-loadscope-reorder
 
 # The Dagster UI and daemon (the run queue, the epoch sensors) on 127.0.0.1, against the
@@ -49,6 +50,9 @@ ui: bytecode
 lint: $(STAMP)
 	$(BIN)/ruff check trm_assets trm_bench trm_assets_tests
 	$(BIN)/ruff format --check trm_assets trm_bench trm_assets_tests
+
+typecheck: $(STAMP)
+	$(MYPY)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
