@@ -47,7 +47,7 @@ from trm_assets.harness.storage.atomic import (
     file_identity,
 )
 from trm_assets.harness.storage.lock import LOCK_FILE, workspace_lock
-from trm_assets.harness.storage.runlog import MissingRunLogError, RunLog
+from trm_assets.harness.storage.runlog import DEFAULT_TEXT_CAP_BYTES, MissingRunLogError, RunLog
 from trm_assets.harness.storage.versions import (
     Seed,
     SeedRef,
@@ -415,15 +415,17 @@ def new_workspace_id() -> str:
     return uuid.uuid4().hex
 
 
-def open_run_log(workspace: str | Path, *, text_cap_bytes: int | None = None) -> RunLog:
+def open_run_log(workspace: str | Path, *, text_cap_bytes: int = DEFAULT_TEXT_CAP_BYTES) -> RunLog:
     """The process's writer of the workspace's run log, bound to the workspace's identity: a run
     log of another workspace is refused, and a missing one is refused once runs were recorded
     (never re-created empty). ``text_cap_bytes``: the config's ``run_log_text_cap_bytes``."""
     ws = Path(workspace)
     m = read_manifest(ws)
-    cap = {} if text_cap_bytes is None else {"text_cap_bytes": text_cap_bytes}
     return RunLog.open(
-        ws / RUN_DB_FILE, workspace_id=m.workspace_id, must_exist=bool(m.history), **cap
+        ws / RUN_DB_FILE,
+        workspace_id=m.workspace_id,
+        must_exist=bool(m.history),
+        text_cap_bytes=text_cap_bytes,
     )
 
 
