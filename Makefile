@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 MYPY = $(BIN)/mypy trm_assets trm_bench trm_assets_tests
+RUFF_CHECK = $(BIN)/ruff check trm_assets trm_bench trm_assets_tests
+RUFF_FORMAT = $(BIN)/ruff format --check trm_assets trm_bench trm_assets_tests
 
 .PHONY: run test lint typecheck ui clean bytecode
 UI_PORT ?= 3000
@@ -37,8 +39,8 @@ run: bytecode
 	$(BIN)/trm run
 
 test: bytecode
-	$(BIN)/ruff check trm_assets trm_bench trm_assets_tests
-	$(BIN)/ruff format --check trm_assets trm_bench trm_assets_tests
+	$(RUFF_CHECK)
+	$(RUFF_FORMAT)
 	$(MYPY)
 	$(BIN)/pytest -q -n 2 --dist loadscope --no-loadscope-reorder
 
@@ -48,8 +50,8 @@ ui: bytecode
 	DAGSTER_HOME=$(CURDIR)/dagster_home $(BIN)/dg dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 lint: $(STAMP)
-	$(BIN)/ruff check trm_assets trm_bench trm_assets_tests
-	$(BIN)/ruff format --check trm_assets trm_bench trm_assets_tests
+	$(RUFF_CHECK)
+	$(RUFF_FORMAT)
 
 typecheck: $(STAMP)
 	$(MYPY)
