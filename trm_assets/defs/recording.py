@@ -25,7 +25,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import dagster as dg
 
@@ -191,6 +191,25 @@ def _latest(
     return records[0] if records else None
 
 
+def _latest_by_partition(
+    instance: dg.DagsterInstance, key: dg.AssetKey
+) -> dict[str, dg.EventLogRecord]:
+    """``{partition: newest materialization}`` of a partitioned asset, in two queries (one per
+    partition took ``_latest`` a query each: 12 per unit for the baseline caches)."""
+    ids = instance.get_latest_storage_id_by_partition(
+        key, dg.DagsterEventType.ASSET_MATERIALIZATION
+    )
+    if not ids:
+        return {}
+    flt = dg.AssetRecordsFilter(asset_key=key, storage_ids=sorted(ids.values()))
+    out: dict[str, dg.EventLogRecord] = {}
+    for rec in instance.fetch_materializations(flt, limit=len(ids)).records:
+        mat = rec.asset_materialization
+        if mat is not None and mat.partition is not None:
+            out[mat.partition] = rec
+    return out
+
+
 @dataclass
 class Recorder:
     """Records one experiment's facts into an instance (see the module docstring)."""
@@ -282,27 +301,36 @@ class Recorder:
         directory = self.workspace / "baseline_cache"
         if not directory.is_dir():
             return
-        for t in self.partitions.task_type_keys():
-            store = BaselineCacheStore(directory, t)
-            if not store.path.is_file():
-                continue
+        stores = [BaselineCacheStore(directory, t) for t in self.partitions.task_type_keys()]
+        stores = [store for store in stores if store.path.is_file()]
+        latest = _latest_by_partition(self.instance, self.keys.baseline_cache) if stores else {}
+        for store in stores:
             md = baseline_cache_metadata(store)
-            last = _latest(self.instance, self.keys.baseline_cache, t)
+            last = latest.get(store.task_type)
             mat = last.asset_materialization if last is not None else None
             recorded = mat.metadata.get("entries") if mat is not None else None
             if recorded is not None and recorded.value == md["entries"]:
                 continue
             yield dg.AssetMaterialization(
-                asset_key=self.keys.baseline_cache, partition=t, metadata=md
+                asset_key=self.keys.baseline_cache, partition=store.task_type, metadata=md
             )
 
     # -- evaluations ------------------------------------------------------------------------------
 
-    def references(self, skills: str, prompts: str) -> "References":
-        """The evaluated versions' content hashes and the materializations that recorded them."""
+    def recorded(self) -> "RecordedVersions":
+        """Every version materialization in the instance (skills, prompts): two scans."""
+        return RecordedVersions(
+            recorded_versions(self.instance, self.keys.skill_versions),
+            recorded_versions(self.instance, self.keys.prompt_versions),
+        )
+
+    def references(
+        self, skills: str, prompts: str, recorded: "RecordedVersions | None" = None
+    ) -> "References":
+        """The evaluated versions' content hashes and the materializations that recorded them
+        (``recorded``: read once by a caller resolving several version pairs)."""
         types = self.partitions.task_type_keys()
-        done_s = recorded_versions(self.instance, self.keys.skill_versions)
-        done_p = recorded_versions(self.instance, self.keys.prompt_versions)
+        done_s, done_p = recorded if recorded is not None else self.recorded()
         rows = []
         for ref in skill_refs(self.workspace, skills, types):
             rec = _origin(done_s, ref)
@@ -355,7 +383,8 @@ class Recorder:
         if s is None:
             raise LookupError(f"{ws}: epoch {epoch} has no slow-update report yet")
         skills, prompts = evaluated_versions(ws, s["val_run_id"])
-        refs = self.references(skills, prompts)
+        recorded = self.recorded()  # one read for the evaluation and every held-out label
+        refs = self.references(skills, prompts, recorded)
         accuracy = per_task_accuracy(ws / "runs.duckdb", s["val_run_id"])
         gates = gate_rows(ws, epoch)
         eval_md: dict[str, Any] = {
@@ -402,13 +431,20 @@ class Recorder:
                     float(h["expected"])
                 )
             hold_md[f"versions/{label}"] = f"{h['skills']}/{h['prompts']}"
-            label_refs = self.references(h["skills"], h["prompts"])
+            label_refs = self.references(h["skills"], h["prompts"], recorded)
             rows.extend(label_refs.records(label))
             if label == "current":  # provenance holds one version per input: the epoch's end
                 provenance = label_refs.provenance(self.keys)
         hold_md["evaluated"] = dg.MetadataValue.table(rows, schema=_LABELLED_SCHEMA)
         hold_dv = _digest({k: v for k, v in sorted(s["holdout"].items())})
         return (eval_md, eval_tags), (hold_md, {**provenance, **dv_tags(hold_dv)})
+
+
+class RecordedVersions(NamedTuple):
+    """``recorded_versions`` of the skill_versions and prompt_versions assets."""
+
+    skills: dict[tuple[str | None, str, str], Recorded]
+    prompts: dict[tuple[str | None, str, str], Recorded]
 
 
 @dataclass(frozen=True)

@@ -241,6 +241,29 @@ def test_every_version_the_loop_created_is_recorded_by_the_run_that_created_it(
         )
 
 
+def test_each_task_types_newest_baseline_cache_record_counts_its_file(trained: Trained) -> None:
+    """The newest ``baseline_cache`` materialization of each task type carries its file's entry
+    count (the task type read from the entries themselves); no type without a file has one; and
+    recording again adds nothing."""
+    exp, ws = trained.lineage, trained.workspace
+    on_disk: dict[str, int] = {}
+    for path in sorted((ws / "baseline_cache").glob("*.json")):
+        rows = json.loads(path.read_text(encoding="utf-8"))["entries"]
+        owners = {row[0] for row in rows}
+        assert len(owners) == 1, path
+        on_disk[owners.pop()] = len(rows)
+    assert len(on_disk) >= 2  # the lineage run gated several task types
+    with dg.DagsterInstance.from_config(str(trained.home)) as instance:
+        newest: dict[str, int] = {}
+        for _, mat in sorted(history(instance, key(exp, "baseline_cache")).items(), reverse=True):
+            assert mat.partition is not None
+            newest.setdefault(mat.partition, int(mat.metadata["entries"].value))  # type: ignore[arg-type]
+        # and the recorder knows it: over the finished workspace it has nothing left to record
+        recorder = build_experiment(exp).scope.recorder(instance)
+        assert [(type(e).__name__, e.asset_key) for e in recorder.new_events()] == []
+    assert newest == on_disk
+
+
 def test_epoch_eval_gates_equal_the_store_and_the_evidence(trained: Trained) -> None:
     """The gates table and the accept/reject counts of every epoch_eval, against the versions
     each accept wrote (their reason names epoch, step, file and verdict) and the wins/losses of
