@@ -14,26 +14,27 @@ ROOT = Path(__file__).resolve().parents[1]
 # hand-written fixtures of every question format and of the tree schema, for every layer
 pytest_plugins = ["trm_assets_tests.data_fixtures"]
 
-#: Modules that take the longest, in seconds on one worker (`pytest --durations=0` on a slow
-#: 2-core host, 2026-12-04), summed over their tests. `make test` runs `--dist loadscope
-#: --no-loadscope-reorder`: each module goes whole to one worker, in collection order, and this
-#: order puts the longest first (LPT scheduling). xdist's own reorder (most tests first) left the
-#: 240 s kill test for the end, on one worker while the other sat idle. Only the order changes:
-#: a stale figure costs time, never a test. (docs/decision-suite-schedule.md)
+#: Modules that take the longest, in seconds on one worker (`pytest --junitxml` on a slow
+#: 2-core host, 2026-12-05, site-packages compiled), summed over their tests. `make test` runs
+#: `--dist loadscope --no-loadscope-reorder`: each module goes whole to one worker, in
+#: collection order, and this order puts the longest first (LPT scheduling). xdist's own
+#: reorder (most tests first) left the 240 s kill test for the end, on one worker while the
+#: other sat idle. Only the order changes: a stale figure costs time, never a test.
+#: (docs/decision-suite-schedule.md)
 HEAVY_MODULES: dict[str, int] = {
-    "trm_assets_tests/reliability/test_kill_resume.py": 243,
-    "trm_assets_tests/defs/test_dagster_training.py": 168,
-    "trm_assets_tests/harness/loop/test_loop.py": 141,
-    "trm_assets_tests/defs/test_scale_out.py": 150,
-    "trm_assets_tests/bench/test_decoding.py": 80,
-    "trm_assets_tests/defs/test_launch_and_ui.py": 75,
-    "trm_assets_tests/reliability/test_fresh_instance_race.py": 67,
-    "trm_assets_tests/domain/test_gate_statistics.py": 61,
-    "trm_assets_tests/reliability/test_duckdb_concurrency.py": 61,
-    "trm_assets_tests/harness/loop/test_evolve_prefetch.py": 59,
-    "trm_assets_tests/reliability/test_llm_faults_and_secrets.py": 54,
-    "trm_assets_tests/reliability/test_empty_replies.py": 40,
-    "trm_assets_tests/bench/test_optimizer.py": 40,
+    "trm_assets_tests/reliability/test_kill_resume.py": 170,
+    "trm_assets_tests/defs/test_dagster_training.py": 153,
+    "trm_assets_tests/harness/loop/test_loop.py": 138,
+    "trm_assets_tests/defs/test_scale_out.py": 77,
+    "trm_assets_tests/domain/test_gate_statistics.py": 74,
+    "trm_assets_tests/bench/test_decoding.py": 73,
+    "trm_assets_tests/defs/test_launch_and_ui.py": 59,
+    "trm_assets_tests/harness/loop/test_evolve_prefetch.py": 49,
+    "trm_assets_tests/reliability/test_llm_faults_and_secrets.py": 43,
+    "trm_assets_tests/reliability/test_duckdb_concurrency.py": 40,
+    "trm_assets_tests/reliability/test_empty_replies.py": 32,
+    "trm_assets_tests/bench/test_optimizer.py": 32,
+    "trm_assets_tests/reliability/test_fresh_instance_race.py": 25,
 }
 
 #: Modules that share an expensive session fixture run on one worker, as one unit: split over
