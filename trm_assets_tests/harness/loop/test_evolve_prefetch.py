@@ -11,7 +11,7 @@ import pytest
 
 from trm_assets.evolution import evolve as evolve_mod
 from trm_assets.harness.loop import step
-from trm_assets_tests.tiny import tiny_config
+from trm_assets_tests.tiny import REPO, tiny_config
 from trm_bench.overhead import new_workspace
 
 from .conftest import digest, run_to_end
@@ -47,6 +47,16 @@ def _run(
     return seen
 
 
+@pytest.fixture(scope="module")
+def free_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[int], Path]:
+    """The shipped step without a gate cap (``_run`` with no override, prefetch on), run once for
+    the tests below that start from it: its calls in flight, and its workspace."""
+    ws = tmp_path_factory.mktemp("prefetch") / "free"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(REPO)
+        return _run(ws, mp, (), prefetch=True), ws
+
+
 FAULTS = (  # infra faults (retried, or an INFRA no-edit) and malformed replies, evolve calls too
     "sim.fault_timeout_rate=0.1",
     "sim.fault_http_5xx_rate=0.1",
@@ -58,15 +68,22 @@ FAULTS = (  # infra faults (retried, or an INFRA no-edit) and malformed replies,
 # run_max_gates=2: the cap stops steps part-way, so nothing may be started ahead of time there
 @pytest.mark.parametrize("extra", [(), ("run_max_gates=2",), FAULTS])
 def test_evolution_calls_overlap_and_the_run_ends_as_with_calls_in_turn(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: tuple[str, ...]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    extra: tuple[str, ...],
+    free_run: tuple[list[int], Path],
 ) -> None:
-    together = _run(tmp_path / "together", monkeypatch, extra, prefetch=True)
+    if extra:
+        together_ws = tmp_path / "together"
+        together = _run(together_ws, monkeypatch, extra, prefetch=True)
+    else:
+        together, together_ws = free_run
     in_turn = _run(tmp_path / "in_turn", monkeypatch, extra, prefetch=False)
     assert max(in_turn) == 1  # the reference really made one call at a time
     if not extra:
         assert max(together) >= 2  # and the shipped step did not
     assert len(together) == len(in_turn)  # the same calls, no extra one
-    assert digest(tmp_path / "together") == digest(tmp_path / "in_turn")
+    assert digest(together_ws) == digest(tmp_path / "in_turn")
 
 
 # The tiny run's steps make 1, 2, 2, 2 evolution calls, each of which is gated. With the cap at 3
@@ -75,9 +92,13 @@ def test_evolution_calls_overlap_and_the_run_ends_as_with_calls_in_turn(
 # step does not fit (3 + 2 > 4): its one call before the cap is made in turn.
 @pytest.mark.parametrize(("cap", "together_want"), [(3, [1, 1, 2]), (4, [1, 1, 2, 1])])
 def test_the_cap_guard_at_its_boundary(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cap: int, together_want: list[int]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cap: int,
+    together_want: list[int],
+    free_run: tuple[list[int], Path],
 ) -> None:
-    assert _run(tmp_path / "free", monkeypatch, (), prefetch=True) == [1, 1, 2, 1, 2, 1, 2]
+    assert free_run[0] == [1, 1, 2, 1, 2, 1, 2]
     extra = (f"run_max_gates={cap}",)
     together = _run(tmp_path / "together", monkeypatch, extra, prefetch=True)
     in_turn = _run(tmp_path / "in_turn", monkeypatch, extra, prefetch=False)
