@@ -22,6 +22,7 @@ it, like a remote server's: the reply is computed first and only the rest of the
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import json
 import threading
@@ -60,8 +61,30 @@ class EncodedRequest(NamedTuple):
 def encode_request(messages: Sequence[Message], tools: Sequence[ToolSpec] | None) -> EncodedRequest:
     return EncodedRequest(
         tuple(json.dumps(m, sort_keys=True, default=str) for m in messages),
-        json.dumps(list(tools or ()), sort_keys=True, default=str),
+        _encode_tools(tools),
     )
+
+
+# The last tool list encoded: (that list, a deep copy of it then, its JSON). An agent sends the
+# same list object with every call of a run, and its encoding was 9% of a simulated rollout's CPU.
+_LAST_TOOLS: tuple[Sequence[ToolSpec], list[ToolSpec], str] | None = None
+
+
+def _encode_tools(tools: Sequence[ToolSpec] | None) -> str:
+    """``json.dumps(list(tools), sort_keys=True)``, reused for the same, unchanged list object.
+    The copy catches a list changed in place since, with one blind spot of ``==``: a value
+    replaced in place by an equal one of another JSON type (``True`` by ``1``) keeps the old
+    text. Nothing changes tool specs in place (the agent builds its list once per run); a
+    strict comparison cost more than the encoding it saves (160 against 110 µs)."""
+    global _LAST_TOOLS
+    items = list(tools or ())
+    last = _LAST_TOOLS
+    if last is not None and tools is last[0] and items == last[1]:
+        return last[2]
+    text = json.dumps(items, sort_keys=True, default=str)
+    if tools is not None:
+        _LAST_TOOLS = (tools, copy.deepcopy(items), text)
+    return text
 
 
 def request_digest(

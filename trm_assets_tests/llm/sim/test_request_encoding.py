@@ -3,10 +3,11 @@ prompt's token count computed from the per-message encodings equal the plain for
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from trm_assets.llm.protocol import Message, ToolSpec
@@ -46,6 +47,36 @@ def test_encoded_digest_and_prompt_length_equal_the_plain_formulas(
     assert request_digest(messages, tools, seed) == _plain_digest(messages, tools, seed)
     unsorted = json.dumps(list(messages), default=str) + json.dumps(list(tools or ()), default=str)
     assert encoded.prompt_chars == len(unsorted)
+
+
+_tool_list = st.lists(st.dictionaries(_text, _value, min_size=1, max_size=3), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_tool_list, _tool_list)
+def test_a_tool_list_sent_again_encodes_as_the_plain_formula_also_changed_in_place(
+    a: list[dict[str, Any]], b: list[dict[str, Any]]
+) -> None:
+    """The provider reuses the last tool list's encoding for the same object: sent again
+    unchanged, changed inside one of its dicts, or given new contents, it encodes as
+    ``json.dumps`` does."""
+
+    def plain(tools: list[dict[str, Any]]) -> str:
+        return json.dumps(tools, sort_keys=True, default=str)
+
+    # the documented blind spot of ``==`` (True == 1 == 1.0 encode differently): not generated
+    assume(a != b or plain(a) == plain(b))
+    tools: list[Any] = copy.deepcopy(a)
+    assert encode_request([], tools).tools == plain(tools)
+    assert encode_request([], tools).tools == plain(tools)  # served again
+    if tools:
+        first = tools[0]
+        k = next(iter(first))
+        first[k] = {"changed": [first[k]]}  # nested, in place
+        assert encode_request([], tools).tools == plain(tools)
+    tools[:] = copy.deepcopy(b)
+    assert encode_request([], tools).tools == plain(tools)
+    assert encode_request([], None).tools == "[]"
 
 
 def test_a_known_request_keeps_its_digest() -> None:
